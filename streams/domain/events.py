@@ -1,0 +1,300 @@
+"""The contracts of the pipeline's topics: CloudEvents envelopes and their data.
+
+One place per contract (CONVENTIONS §3): every event's data is a frozen pydantic
+model with ``extra="forbid"`` and a ``schema_version``; money is :data:`Amount`
+(an exact ``Decimal``, a decimal *string* on the wire) with an ISO 4217 currency
+code; times are UTC. JSON Schema files in ``schemas/`` are generated from these
+models (``invoicing schemas export``) and a test fails when they are stale.
+
+Wire form: the CloudEvents Kafka protocol binding, **binary content mode**
+(CloudEvents 1.0.2, kafka-protocol-binding §3.2): the record value is the event's
+``data`` as JSON, the attributes travel as headers ``ce_specversion``, ``ce_id``,
+``ce_source``, ``ce_type``, ``ce_time``, ``ce_subject`` and ``content-type``, and
+the record key is the customer id. See :mod:`streams.domain.codec`.
+
+Event types (past tense, DESIGN §2 "Topics"):
+
+===========================  ==============================  ==========================
+type                         data model                      topic
+===========================  ==============================  ==========================
+``customer.upserted``        :class:`CustomerUpserted`       billing.account-events.v1
+``usage.recorded``           :class:`UsageRecorded`          billing.account-events.v1
+``billing_period.closed``    :class:`BillingPeriodClosed`    billing.account-events.v1
+``invoice.issued``           :class:`InvoiceIssued`          billing.invoices.v1
+``credit_note.issued``       :class:`CreditNoteIssued`       billing.invoices.v1
+``invoice.voided``           :class:`InvoiceVoided`          billing.invoices.v1
+===========================  ==============================  ==========================
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+from streams.domain.money import Amount, Quantity
+from streams.domain.periods import PERIOD_PATTERN, BillingPeriod
+
+#: Namespace of the deterministic (uuid5) event and document ids of this project.
+ID_NAMESPACE = uuid.UUID("6f1c8a52-3d0e-4f7b-9a55-2b7f0c1e9d41")
+
+CURRENCY_PATTERN = r"^[A-Z]{3}$"
+
+
+def _utc(value: datetime) -> datetime:
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError("datetime must carry a time zone (UTC)")
+    return value.astimezone(UTC)
+
+
+#: A timezone-aware datetime normalised to UTC; naive values are refused.
+UtcDateTime = Annotated[datetime, AfterValidator(_utc)]
+
+CustomerId = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:-]+$")]
+Period = Annotated[str, Field(pattern=PERIOD_PATTERN)]
+Currency = Annotated[str, Field(pattern=CURRENCY_PATTERN)]
+
+
+def deterministic_id(*parts: str) -> str:
+    """A stable UUID (v5) from ``parts``: the same inputs give the same id, so a
+    resend of the same fact deduplicates downstream."""
+    return str(uuid.uuid5(ID_NAMESPACE, "\x1f".join(parts)))
+
+
+class EventData(BaseModel):
+    """Base of every event's data: frozen, no unknown fields, versioned."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", str_strip_whitespace=False)
+
+    #: CloudEvents ``type`` of events carrying this data.
+    event_type: ClassVar[str]
+    schema_version: Literal[1] = 1
+
+
+# --------------------------------------------------------------------------- account events
+
+
+class CustomerUpserted(EventData):
+    """A customer's billing identity was created or changed (``customer.upserted``)."""
+
+    event_type: ClassVar[str] = "customer.upserted"
+
+    customer_id: CustomerId
+    name: Annotated[str, Field(min_length=1, max_length=512)]
+    #: Where invoices are emailed. FOCUS data has none: the importer derives a placeholder.
+    email: Annotated[str, Field(pattern=r"^[^@\s]+@[^@\s]+$", max_length=320)]
+    currency: Currency
+    #: Billing account the customer belongs to at the provider (FOCUS BillingAccountId), if any.
+    billing_account_id: str | None = None
+
+
+class UsageRecorded(EventData):
+    """One usage line: a charge for a customer in a billing period (``usage.recorded``).
+
+    ``amount`` is the billed cost in ``currency`` units, exact, any sign (credits
+    and adjustments are negative), any number of decimals.
+    """
+
+    event_type: ClassVar[str] = "usage.recorded"
+
+    customer_id: CustomerId
+    billing_period: Period
+    amount: Amount
+    currency: Currency
+    quantity: Quantity | None = None
+    unit: str | None = None
+    consumed_quantity: Quantity | None = None
+    consumed_unit: str | None = None
+    sku_id: str | None = None
+    description: str | None = None
+    region_id: str | None = None
+    charge_category: str | None = None
+    #: Start of the charge period (UTC).
+    event_time: UtcDateTime
+    #: Provider of the usage (FOCUS ProviderName), if known.
+    provider: str | None = None
+
+    def period(self) -> BillingPeriod:
+        return BillingPeriod.parse(self.billing_period)
+
+
+class BillingPeriodClosed(EventData):
+    """No more usage is expected for a customer's billing period: build the invoice
+    from the usage that precedes this marker on the customer's partition."""
+
+    event_type: ClassVar[str] = "billing_period.closed"
+
+    customer_id: CustomerId
+    billing_period: Period
+    closed_at: UtcDateTime
+    #: Why the marker was sent: the period's close, or an operator releasing a hold.
+    reason: Literal["period_closed", "hold_released"] = "period_closed"
+    #: Fencing number of the Redis lease the close-period run held (DESIGN "Redis").
+    lease_fencing_token: int | None = None
+
+
+# --------------------------------------------------------------------------- invoice events
+
+
+class TaxAmount(BaseModel):
+    """Tax of one rate on an invoice: ``amount`` is rounded once (half-even)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tax_code: str
+    rate: Amount
+    taxable_amount: Amount
+    amount: Amount
+
+
+class LineSummary(BaseModel):
+    """One of the largest lines of an invoice, for the email and subscribers."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    description: str
+    amount: Amount
+    quantity: Quantity | None = None
+    unit: str | None = None
+
+
+class SourceRange(BaseModel):
+    """Kafka coordinates of the events an invoice was built from (invariant 6)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    topic: str
+    partition: Annotated[int, Field(ge=0)]
+    first_offset: Annotated[int, Field(ge=0)]
+    last_offset: Annotated[int, Field(ge=0)]
+
+
+class InvoiceIssued(EventData):
+    """An invoice revision was issued (``invoice.issued``). Amounts in ``currency`` units:
+    ``subtotal`` and each tax rounded once; ``total = subtotal + tax_total``."""
+
+    event_type: ClassVar[str] = "invoice.issued"
+
+    invoice_id: str
+    invoice_number: str
+    revision: Annotated[int, Field(ge=1)]
+    customer_id: CustomerId
+    customer_name: str
+    email: str
+    billing_period: Period
+    currency: Currency
+    line_count: Annotated[int, Field(ge=0)]
+    subtotal: Amount
+    tax_total: Amount
+    total: Amount
+    taxes: tuple[TaxAmount, ...] = ()
+    largest_lines: tuple[LineSummary, ...] = ()
+    issued_at: UtcDateTime
+    #: Invoice id of the revision this one replaces (after a credit note), if any.
+    supersedes_invoice_id: str | None = None
+    source: tuple[SourceRange, ...] = ()
+
+
+class CreditNoteIssued(EventData):
+    """A credit note cancelling an issued invoice revision (``credit_note.issued``).
+    Amounts are positive numbers credited back to the customer."""
+
+    event_type: ClassVar[str] = "credit_note.issued"
+
+    credit_note_id: str
+    credit_note_number: str
+    invoice_id: str
+    invoice_number: str
+    revision: Annotated[int, Field(ge=1)]
+    customer_id: CustomerId
+    customer_name: str
+    email: str
+    billing_period: Period
+    currency: Currency
+    subtotal: Amount
+    tax_total: Amount
+    total: Amount
+    reason: str
+    issued_at: UtcDateTime
+
+
+class InvoiceVoided(EventData):
+    """An invoice revision was voided without replacement (``invoice.voided``)."""
+
+    event_type: ClassVar[str] = "invoice.voided"
+
+    invoice_id: str
+    invoice_number: str
+    revision: Annotated[int, Field(ge=1)]
+    customer_id: CustomerId
+    billing_period: Period
+    reason: str
+    voided_at: UtcDateTime
+
+
+AccountEventData = CustomerUpserted | UsageRecorded | BillingPeriodClosed
+InvoiceEventData = InvoiceIssued | CreditNoteIssued | InvoiceVoided
+
+#: Event type → data model, for every type the pipeline knows.
+EVENT_TYPES: dict[str, type[EventData]] = {
+    model.event_type: model
+    for model in (
+        CustomerUpserted,
+        UsageRecorded,
+        BillingPeriodClosed,
+        InvoiceIssued,
+        CreditNoteIssued,
+        InvoiceVoided,
+    )
+}
+
+#: The types each topic carries (topic names as in :mod:`streams.topics`).
+TOPIC_EVENT_TYPES: dict[str, tuple[type[EventData], ...]] = {
+    "billing.account-events.v1": (CustomerUpserted, UsageRecorded, BillingPeriodClosed),
+    "billing.invoices.v1": (InvoiceIssued, CreditNoteIssued, InvoiceVoided),
+}
+
+
+class Envelope(BaseModel):
+    """A CloudEvents 1.0 event: context attributes plus ``data``.
+
+    ``subject`` is the customer id and equals the Kafka record key.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    specversion: Literal["1.0"] = "1.0"
+    id: Annotated[str, Field(min_length=1, max_length=256)]
+    source: Annotated[str, Field(min_length=1)]
+    type: str
+    time: UtcDateTime
+    subject: CustomerId
+    datacontenttype: Literal["application/json"] = "application/json"
+    data: Any
+
+    @classmethod
+    def wrap(
+        cls, data: EventData, *, id: str, source: str, time: datetime | None = None
+    ) -> Envelope:
+        """An envelope for ``data`` with ``subject`` = its customer id."""
+        subject = getattr(data, "customer_id")  # every event's data names its customer
+        return cls(
+            id=id,
+            source=source,
+            type=data.event_type,
+            time=time or datetime.now(UTC),
+            subject=subject,
+            data=data,
+        )
+
+
+def close_marker_id(customer_id: str, billing_period: str, reason: str = "period_closed", nonce: str = "") -> str:
+    """Deterministic id of a close marker: a rerun of close-period sends the same id."""
+    return deterministic_id("billing_period.closed", customer_id, billing_period, reason, nonce)
+
+
+def invoice_id_for(customer_id: str, billing_period: str, revision: int) -> str:
+    """Deterministic invoice id: also the tax document's idempotency key with the revision."""
+    return deterministic_id("invoice", customer_id, billing_period, str(revision))

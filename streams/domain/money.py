@@ -1,0 +1,115 @@
+"""Money: ``Decimal`` amounts in a currency's units, and the one rounding rule.
+
+Rule (DESIGN "Money and time"): line amounts keep full precision; an invoice
+subtotal and each tax amount are rounded **once**, to the currency's minor unit,
+ROUND_HALF_EVEN (banker's rounding). Never ``float``.
+
+Minor units come from ISO 4217 (the exponent column); only the currencies the
+pipeline is known to bill in are listed, any other code is refused.
+"""
+
+from __future__ import annotations
+
+from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator, PlainSerializer, WithJsonSchema
+
+from streams.domain.errors import DomainError
+
+#: ISO 4217 minor-unit exponents of the currencies we bill in.
+MINOR_UNITS: dict[str, int] = {
+    "USD": 2,
+    "EUR": 2,
+    "GBP": 2,
+    "CHF": 2,
+    "CAD": 2,
+    "AUD": 2,
+    "JPY": 0,
+    "KRW": 0,
+    "BHD": 3,
+    "KWD": 3,
+}
+
+#: Pattern of a decimal number written as a JSON string.
+DECIMAL_PATTERN = r"^-?[0-9]+(\.[0-9]+)?$"
+
+
+class UnknownCurrency(DomainError):
+    """A currency code that is not in :data:`MINOR_UNITS`."""
+
+
+class InvalidAmount(DomainError):
+    """A value that is not an exact decimal amount (a float, NaN, infinity, garbage)."""
+
+
+def minor_unit_exponent(currency: str) -> int:
+    """Number of decimal places of ``currency``'s minor unit (USD → 2, JPY → 0).
+
+    Raises:
+        UnknownCurrency: the code is not one we bill in.
+    """
+    try:
+        return MINOR_UNITS[currency]
+    except KeyError:
+        raise UnknownCurrency(f"unknown or unsupported currency code {currency!r}") from None
+
+
+def round_money(amount: Decimal, currency: str) -> Decimal:
+    """Round ``amount`` once to ``currency``'s minor unit, half-even.
+
+    >>> round_money(Decimal("0.125"), "USD")
+    Decimal('0.12')
+    >>> round_money(Decimal("0.135"), "USD")
+    Decimal('0.14')
+
+    Raises:
+        UnknownCurrency: see :func:`minor_unit_exponent`.
+    """
+    quantum = Decimal(1).scaleb(-minor_unit_exponent(currency))
+    return amount.quantize(quantum, rounding=ROUND_HALF_EVEN)
+
+
+def parse_decimal(value: object, *, what: str = "amount") -> Decimal:
+    """An exact ``Decimal`` from a string, int or Decimal; floats are refused.
+
+    Raises:
+        InvalidAmount: ``value`` is a float, bool, non-finite, or not a number.
+    """
+    if isinstance(value, bool) or isinstance(value, float):
+        raise InvalidAmount(f"{what} must be a decimal string, not {type(value).__name__} {value!r}")
+    if isinstance(value, Decimal):
+        result = value
+    elif isinstance(value, int):
+        result = Decimal(value)
+    elif isinstance(value, str):
+        try:
+            result = Decimal(value.strip())
+        except InvalidOperation:
+            raise InvalidAmount(f"{what} {value!r} is not a decimal number") from None
+    else:
+        raise InvalidAmount(f"{what} must be a decimal string, not {type(value).__name__}")
+    if not result.is_finite():
+        raise InvalidAmount(f"{what} {value!r} is not finite")
+    return result
+
+
+def _validate_amount(value: Any) -> Decimal:
+    # pydantic turns ValueError into a ValidationError naming the field.
+    try:
+        return parse_decimal(value)
+    except InvalidAmount as exc:
+        raise ValueError(str(exc)) from None
+
+
+#: A money amount in a pydantic model: exact Decimal in, decimal *string* out in
+#: JSON (never a JSON number, so no consumer parses it as a float).
+Amount = Annotated[
+    Decimal,
+    BeforeValidator(_validate_amount),
+    PlainSerializer(lambda d: format(d, "f"), return_type=str, when_used="json"),
+    WithJsonSchema({"type": "string", "pattern": DECIMAL_PATTERN}),
+]
+
+#: A quantity (not money) with the same exactness and wire form as :data:`Amount`.
+Quantity = Amount

@@ -1,0 +1,100 @@
+"""The one registry of the project's Kafka topics.
+
+Every topic the pipeline reads or writes is declared here once: its name, key,
+partition count, replication factor, cleanup policy and retention. ``invoicing
+stack up`` (and ``invoicing topics create``) creates them idempotently from this
+list; docs and the AsyncAPI document are checked against it.
+
+Pure: imports nothing from a Kafka client.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+CleanupPolicy = Literal["delete", "compact", "compact,delete"]
+
+#: Milliseconds in a day.
+_DAY_MS = 24 * 3600 * 1000
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    """One topic: name and the configuration it is created with.
+
+    ``retention_ms`` of ``-1`` keeps records forever (the account events are the
+    system of record that a replay re-reads, so they are never deleted by age).
+    """
+
+    name: str
+    partitions: int
+    key: str
+    description: str
+    replication_factor: int = 1
+    cleanup_policy: CleanupPolicy = "delete"
+    retention_ms: int = -1
+    extra_config: dict[str, str] = field(default_factory=dict)
+
+    def config(self) -> dict[str, str]:
+        """Topic-level configuration as the admin API takes it."""
+        return {
+            "cleanup.policy": self.cleanup_policy,
+            "retention.ms": str(self.retention_ms),
+            **self.extra_config,
+        }
+
+    def with_prefix(self, prefix: str) -> TopicSpec:
+        """The same topic under ``prefix + name`` (tests use their own topics)."""
+        if not prefix:
+            return self
+        return TopicSpec(
+            name=prefix + self.name,
+            partitions=self.partitions,
+            key=self.key,
+            description=self.description,
+            replication_factor=self.replication_factor,
+            cleanup_policy=self.cleanup_policy,
+            retention_ms=self.retention_ms,
+            extra_config=dict(self.extra_config),
+        )
+
+
+ACCOUNT_EVENTS = TopicSpec(
+    name="billing.account-events.v1",
+    partitions=12,
+    key="customer_id",
+    description="customer.upserted, usage.recorded, billing_period.closed (CloudEvents, binary mode)",
+    retention_ms=-1,
+)
+
+ACCOUNT_EVENTS_DLQ = TopicSpec(
+    name="billing.account-events.dlq.v1",
+    partitions=12,
+    key="customer_id",
+    description="records the invoicing workers could not take, with reason and source coordinates",
+    retention_ms=-1,
+)
+
+INVOICES = TopicSpec(
+    name="billing.invoices.v1",
+    partitions=12,
+    key="customer_id",
+    description="invoice.issued, credit_note.issued, invoice.voided from the outbox (Debezium EventRouter)",
+    retention_ms=-1,
+)
+
+#: Every topic of the pipeline, in creation order.
+REGISTRY: tuple[TopicSpec, ...] = (ACCOUNT_EVENTS, ACCOUNT_EVENTS_DLQ, INVOICES)
+
+
+def by_name(name: str) -> TopicSpec:
+    """The registered topic called ``name``.
+
+    Raises:
+        KeyError: no topic of that name is registered.
+    """
+    for spec in REGISTRY:
+        if spec.name == name:
+            return spec
+    raise KeyError(f"no topic named {name!r} in streams.topics.REGISTRY")
