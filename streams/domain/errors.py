@@ -7,7 +7,8 @@ Tree::
     ├── InvalidAmount         money.py
     ├── UnknownCurrency       money.py
     ├── InvalidPeriod         periods.py
-    └── InvoiceRuleViolation  invoice computation refused its input
+    ├── InvoiceRuleViolation  invoice computation refused its input
+    └── FocusFormatError      a FOCUS CSV whose header cannot be read (focus.py)
 
 All are *permanent*: retrying the same input gives the same error, so the
 caller dead-letters or reports instead of retrying.
@@ -34,3 +35,15 @@ class InvalidPeriod(DomainError):
 
 class InvoiceRuleViolation(DomainError):
     """Invoice computation refused its input (mixed currencies, missing tax, …)."""
+
+
+class FocusFormatError(DomainError):
+    """A FOCUS CSV that cannot be imported at all: no header, or required columns missing.
+
+    ``missing`` lists the required columns the header lacks (empty when the
+    header itself is absent or unreadable).
+    """
+
+    def __init__(self, message: str, missing: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.missing = missing

@@ -52,7 +52,9 @@ def _utc(value: datetime) -> datetime:
 #: A timezone-aware datetime normalised to UTC; naive values are refused.
 UtcDateTime = Annotated[datetime, AfterValidator(_utc)]
 
-CustomerId = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:-]+$")]
+#: Customer id (the Kafka key). "/" is allowed: real provider account ids contain it
+#: (Azure "/subscriptions/<uuid>" in the FOCUS sample).
+CustomerId = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:/-]+$")]
 Period = Annotated[str, Field(pattern=PERIOD_PATTERN)]
 Currency = Annotated[str, Field(pattern=CURRENCY_PATTERN)]
 
