@@ -1,0 +1,366 @@
+"""FOCUS 1.0 cost-and-usage CSV rows → ``usage.recorded`` + ``customer.upserted`` (pure).
+
+FOCUS (FinOps Open Cost and Usage Specification) 1.0 writes one row per charge.
+This module only maps text to events; reading the file and producing to Kafka
+are the importer's job. Open files with ``newline=""`` (the :mod:`csv` rule) so
+quoted fields that contain line breaks stay intact.
+
+Column mapping (one row → one :class:`~streams.domain.events.UsageRecorded`):
+
+=============================  ==========================================================
+event field                    FOCUS column
+=============================  ==========================================================
+event id (``ce_id``)           ``Id`` (so a re-import of the file deduplicates)
+``customer_id``                ``SubAccountId``
+``billing_period``             UTC month of ``BillingPeriodStart``
+``amount``                     ``BilledCost``, exact ``Decimal`` (all decimals kept)
+``currency``                   ``BillingCurrency`` (must be one we bill in)
+``quantity`` / ``unit``        ``PricingQuantity`` / ``PricingUnit``
+``consumed_quantity/_unit``    ``ConsumedQuantity`` / ``ConsumedUnit``
+``sku_id``                     ``SkuId``
+``description``                ``ChargeDescription``
+``region_id``                  ``RegionId``
+``charge_category``            ``ChargeCategory`` (Usage, Credit, Adjustment, …)
+``event_time``                 ``ChargePeriodStart`` (UTC)
+``provider``                   ``ProviderName``
+=============================  ==========================================================
+
+and one :class:`~streams.domain.events.CustomerUpserted` per row:
+``customer_id`` = ``SubAccountId``, ``name`` = ``SubAccountName``, ``currency`` =
+``BillingCurrency``, ``billing_account_id`` = ``BillingAccountId``. Its event id
+is ``deterministic_id("customer.upserted", customer_id, name, email, currency)``,
+so the 225 rows of one account give one distinct event, and re-imports dedupe.
+
+Decisions:
+
+* **Missing values.** FOCUS writes a missing value as the unquoted literal
+  ``NULL``. :mod:`csv` cannot tell ``NULL`` from ``"NULL"``, so the exact text
+  ``NULL`` is missing in every column; so is the empty string.
+* **Required values**: ``Id``, ``SubAccountId``, ``BillingPeriodStart``,
+  ``BilledCost``, ``BillingCurrency``, ``ChargePeriodStart``. A row missing one
+  is a :class:`FocusRowError`. The other mapped columns are optional (``None``
+  when missing, also when the header lacks the column).
+* **Customer name.** ``SubAccountName`` is required by the header but may be
+  missing in a row: the name is then the ``SubAccountId`` (an invoice needs a
+  name, and the id is what the provider shows); the row is not an error.
+* **Email.** FOCUS has no email address. Every account gets a deterministic
+  placeholder under the RFC 2606 reserved TLD ``.invalid``, so nothing is ever
+  really delivered: ``billing+<SubAccountId>@customers.invalid`` when the id is
+  a plain dot-atom (letters, digits, ``.``, ``_``, ``-``) and the local part fits
+  RFC 5321's 64 characters; otherwise (Azure ``/subscriptions/<uuid>``, 79-char
+  Oracle OCIDs) ``billing+h<first 24 hex of sha256(SubAccountId)>@customers.invalid``.
+* **Times** are ``YYYY-MM-DD HH:MM:SS`` (the sample) or ISO 8601; without an
+  offset they are UTC (FOCUS 1.0 requires UTC), with one they are converted.
+* **Line numbers** are physical lines of the file, header = line 1; a row is
+  reported at the line it *starts* on, also when a quoted field spans lines.
+
+Errors: a bad row (missing required value, bad decimal or date, wrong column
+count, unknown currency, invalid customer id) yields a :class:`FocusRowError`
+naming the column and value, and iteration continues. A missing header or
+missing required columns raise :class:`~streams.domain.errors.FocusFormatError`
+(permanent).
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from decimal import Decimal, InvalidOperation
+from typing import TYPE_CHECKING, TextIO
+
+from pydantic import ValidationError
+
+from streams.domain.errors import DomainError, FocusFormatError
+from streams.domain.events import CustomerUpserted, UsageRecorded, deterministic_id
+from streams.domain.money import MINOR_UNITS
+from streams.domain.periods import BillingPeriod
+
+__all__ = [
+    "OPTIONAL_COLUMNS",
+    "REQUIRED_COLUMNS",
+    "FocusFormatError",
+    "FocusRowError",
+    "FocusRowResult",
+    "FocusUsage",
+    "iter_focus_rows",
+    "placeholder_email",
+]
+
+#: Columns the header must have. ``SubAccountName`` may still be NULL in a row.
+REQUIRED_COLUMNS: tuple[str, ...] = (
+    "Id",
+    "SubAccountId",
+    "SubAccountName",
+    "BillingPeriodStart",
+    "BilledCost",
+    "BillingCurrency",
+    "ChargePeriodStart",
+)
+
+#: Mapped columns that may be absent from the header or missing in a row.
+OPTIONAL_COLUMNS: tuple[str, ...] = (
+    "PricingQuantity",
+    "PricingUnit",
+    "ConsumedQuantity",
+    "ConsumedUnit",
+    "SkuId",
+    "ChargeDescription",
+    "RegionId",
+    "ChargeCategory",
+    "ProviderName",
+    "BillingAccountId",
+)
+
+#: The missing-value marker of FOCUS files.
+NULL = "NULL"
+
+#: Domain of the placeholder addresses (RFC 2606: ``.invalid`` never resolves).
+PLACEHOLDER_DOMAIN = "customers.invalid"
+
+_DECIMAL = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
+_DOT_ATOM = re.compile(r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")
+
+if TYPE_CHECKING:
+    from _csv import Reader as _Reader
+
+
+@dataclass(frozen=True)
+class FocusUsage:
+    """A row that mapped: its usage event, its account's customer event, and the
+    CloudEvents ``id`` / ``time`` to send the usage with (``Id``, ``ChargePeriodStart``)."""
+
+    line_number: int
+    usage: UsageRecorded
+    customer: CustomerUpserted
+    event_id: str
+    event_time: datetime
+
+    @property
+    def customer_event_id(self) -> str:
+        """Deterministic id of :attr:`customer`'s ``customer.upserted`` event."""
+        return customer_event_id(self.customer)
+
+
+@dataclass(frozen=True)
+class FocusRowError:
+    """A row that did not map: where (physical line), why (column and value), and
+    its ``Id`` when it had one (for the import report)."""
+
+    line_number: int
+    reason: str
+    raw_id: str | None
+
+
+FocusRowResult = FocusUsage | FocusRowError
+
+
+class _RowProblem(DomainError):
+    """A value of one row that cannot be mapped (internal; becomes a FocusRowError)."""
+
+
+def customer_event_id(customer: CustomerUpserted) -> str:
+    """``deterministic_id("customer.upserted", customer_id, name, email, currency)``."""
+    return deterministic_id(
+        "customer.upserted", customer.customer_id, customer.name, customer.email, customer.currency
+    )
+
+
+def placeholder_email(sub_account_id: str) -> str:
+    """The deterministic, undeliverable address of a FOCUS account (see module doc).
+
+    >>> placeholder_email("51738928782")
+    'billing+51738928782@customers.invalid'
+    """
+    local = f"billing+{sub_account_id}"
+    if _DOT_ATOM.match(sub_account_id) and len(local) <= 64:
+        return f"{local}@{PLACEHOLDER_DOMAIN}"
+    digest = hashlib.sha256(sub_account_id.encode("utf-8")).hexdigest()[:24]
+    return f"billing+h{digest}@{PLACEHOLDER_DOMAIN}"
+
+
+def iter_focus_rows(lines: Iterable[str] | TextIO) -> Iterator[FocusRowResult]:
+    """Map each data row of a FOCUS 1.0 CSV, in file order.
+
+    The header is read and checked at call time; rows are mapped lazily.
+
+    Args:
+        lines: the file's text lines, e.g. a file opened with ``newline=""`` or
+            ``text.splitlines(keepends=True)``.
+
+    Returns:
+        An iterator of :class:`FocusUsage` or :class:`FocusRowError`, one per
+        data row; blank lines are skipped.
+
+    Raises:
+        FocusFormatError: the input is empty, a header column is repeated, or
+            required columns are missing (``.missing`` names them). Also raised
+            while iterating when the CSV itself breaks (an unterminated quote at
+            the end, a NUL byte): nothing after that point can be read reliably.
+    """
+    reader = csv.reader(lines)
+    try:
+        header = next(reader)
+    except StopIteration:
+        raise FocusFormatError("empty FOCUS file: no header line") from None
+    except csv.Error as exc:
+        raise FocusFormatError(f"unreadable FOCUS header: {exc}") from exc
+    if header:
+        header[0] = header[0].removeprefix("\ufeff")  # a UTF-8 byte order mark
+    index = _index_header(header)
+    return _rows(reader, index, len(header))
+
+
+def _rows(reader: _Reader, index: dict[str, int], width: int) -> Iterator[FocusRowResult]:
+    previous_end = reader.line_num
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            raise FocusFormatError(
+                f"broken CSV after line {previous_end} (record starting at line "
+                f"{previous_end + 1}): {exc}"
+            ) from exc
+        start = previous_end + 1
+        previous_end = reader.line_num
+        if row:
+            yield _map_row(row, start, index, width)
+
+
+def _index_header(header: list[str]) -> dict[str, int]:
+    index: dict[str, int] = {}
+    repeated: list[str] = []
+    for position, name in enumerate(header):
+        if name in index:
+            repeated.append(name)
+        index.setdefault(name, position)
+    if repeated:
+        raise FocusFormatError(f"FOCUS header repeats column(s): {', '.join(repeated)}")
+    missing = tuple(name for name in REQUIRED_COLUMNS if name not in index)
+    if missing:
+        raise FocusFormatError(
+            f"FOCUS header lacks required column(s): {', '.join(missing)}", missing=missing
+        )
+    return index
+
+
+def _map_row(row: list[str], line_number: int, index: dict[str, int], width: int) -> FocusRowResult:
+    id_position = index["Id"]
+    raw = row[id_position] if id_position < len(row) else None
+    raw_id = None if raw in (None, NULL, "") else raw
+    if len(row) != width:
+        return FocusRowError(
+            line_number, f"row has {len(row)} fields, the header has {width}", raw_id
+        )
+    try:
+        event_id = _required(row, index, "Id")
+        customer_id = _required(row, index, "SubAccountId")
+        name = _value(row, index, "SubAccountName") or customer_id
+        period_start = _time(row, index, "BillingPeriodStart")
+        amount = _decimal(row, index, "BilledCost")
+        currency = _required(row, index, "BillingCurrency")
+        if currency not in MINOR_UNITS:
+            raise _RowProblem(f"BillingCurrency {currency!r} is not a currency we bill in")
+        event_time = _time(row, index, "ChargePeriodStart")
+        usage = UsageRecorded(
+            customer_id=customer_id,
+            billing_period=str(BillingPeriod.of(period_start)),
+            amount=amount,
+            currency=currency,
+            quantity=_optional_decimal(row, index, "PricingQuantity"),
+            unit=_value(row, index, "PricingUnit"),
+            consumed_quantity=_optional_decimal(row, index, "ConsumedQuantity"),
+            consumed_unit=_value(row, index, "ConsumedUnit"),
+            sku_id=_value(row, index, "SkuId"),
+            description=_value(row, index, "ChargeDescription"),
+            region_id=_value(row, index, "RegionId"),
+            charge_category=_value(row, index, "ChargeCategory"),
+            event_time=event_time,
+            provider=_value(row, index, "ProviderName"),
+        )
+        customer = CustomerUpserted(
+            customer_id=customer_id,
+            name=name,
+            email=placeholder_email(customer_id),
+            currency=currency,
+            billing_account_id=_value(row, index, "BillingAccountId"),
+        )
+    except _RowProblem as exc:
+        return FocusRowError(line_number, str(exc), raw_id)
+    except ValidationError as exc:
+        return FocusRowError(line_number, _summarise(exc), raw_id)
+    except DomainError as exc:  # InvalidPeriod from a year out of range
+        return FocusRowError(line_number, str(exc), raw_id)
+    return FocusUsage(line_number, usage, customer, event_id, event_time)
+
+
+def _value(row: list[str], index: dict[str, int], column: str) -> str | None:
+    position = index.get(column)
+    if position is None:
+        return None
+    text = row[position]
+    return None if text in (NULL, "") else text
+
+
+def _required(row: list[str], index: dict[str, int], column: str) -> str:
+    text = _value(row, index, column)
+    if text is None:
+        raise _RowProblem(f"{column} is missing (value {row[index[column]]!r})")
+    return text
+
+
+def _parse_decimal(column: str, text: str) -> Decimal:
+    # Decimal() alone would take "1_000", " 1" and "NaN"; FOCUS decimals are plain.
+    if not _DECIMAL.match(text):
+        raise _RowProblem(f"{column} {text!r} is not a decimal number")
+    try:
+        return Decimal(text)
+    except InvalidOperation:  # pragma: no cover - the pattern admits only valid text
+        raise _RowProblem(f"{column} {text!r} is not a decimal number") from None
+
+
+def _decimal(row: list[str], index: dict[str, int], column: str) -> Decimal:
+    return _parse_decimal(column, _required(row, index, column))
+
+
+def _optional_decimal(row: list[str], index: dict[str, int], column: str) -> Decimal | None:
+    text = _value(row, index, column)
+    return None if text is None else _parse_decimal(column, text)
+
+
+def _time(row: list[str], index: dict[str, int], column: str) -> datetime:
+    text = _required(row, index, column)
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        raise _RowProblem(
+            f"{column} {text!r} is not a date-time (YYYY-MM-DD HH:MM:SS, UTC)"
+        ) from None
+    if value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    return value.astimezone(UTC)
+
+
+def _summarise(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors()[:3]:
+        loc = ".".join(str(p) for p in err.get("loc", ())) or "(root)"
+        parts.append(f"{_COLUMN_OF.get(loc, loc)} {err.get('input')!r}: {err.get('msg')}")
+    return "; ".join(parts)
+
+
+#: Event field → FOCUS column, to name the column in a validation error.
+_COLUMN_OF: dict[str, str] = {
+    "customer_id": "SubAccountId",
+    "name": "SubAccountName",
+    "email": "SubAccountId (placeholder email)",
+    "currency": "BillingCurrency",
+    "amount": "BilledCost",
+    "billing_period": "BillingPeriodStart",
+    "event_time": "ChargePeriodStart",
+}
