@@ -55,7 +55,7 @@ Decisions:
   reported at the line it *starts* on, also when a quoted field spans lines.
 
 Errors: a bad row (missing required value, bad decimal or date, wrong column
-count, unknown currency, invalid customer id) yields a :class:`FocusRowError`
+count, malformed quoting, unknown currency, invalid customer id) yields a :class:`FocusRowError`
 naming the column and value, and iteration continues. A missing header or
 missing required columns raise :class:`~streams.domain.errors.FocusFormatError`
 (permanent).
@@ -196,12 +196,13 @@ def iter_focus_rows(lines: Iterable[str] | TextIO) -> Iterator[FocusRowResult]:
         data row; blank lines are skipped.
 
     Raises:
-        FocusFormatError: the input is empty, a header column is repeated, or
-            required columns are missing (``.missing`` names them). Also raised
-            while iterating when the CSV itself breaks (an unterminated quote at
-            the end, a NUL byte): nothing after that point can be read reliably.
+        FocusFormatError: the input is empty, the header line is malformed CSV,
+            a header column is repeated, or required columns are missing
+            (``.missing`` names them). Malformed quoting in a later record is a
+            :class:`FocusRowError` for that record (an unterminated quote takes
+            the rest of the file with it, and the error says which lines).
     """
-    reader = csv.reader(lines)
+    reader = csv.reader(lines, strict=True)
     try:
         header = next(reader)
     except StopIteration:
@@ -217,16 +218,19 @@ def iter_focus_rows(lines: Iterable[str] | TextIO) -> Iterator[FocusRowResult]:
 def _rows(reader: _Reader, index: dict[str, int], width: int) -> Iterator[FocusRowResult]:
     previous_end = reader.line_num
     while True:
+        start = previous_end + 1
         try:
             row = next(reader)
         except StopIteration:
             return
         except csv.Error as exc:
-            raise FocusFormatError(
-                f"broken CSV after line {previous_end} (record starting at line "
-                f"{previous_end + 1}): {exc}"
-            ) from exc
-        start = previous_end + 1
+            # strict mode: bad quoting ends this record only; the reader goes on at
+            # the next line. An unterminated quote runs to the end of the file.
+            previous_end = reader.line_num
+            yield FocusRowError(
+                start, f"malformed CSV record (lines {start}-{previous_end}): {exc}", None
+            )
+            continue
         previous_end = reader.line_num
         if row:
             yield _map_row(row, start, index, width)
