@@ -1,0 +1,105 @@
+"""SMTP sink of the local stack: accepts every message and stores it in a Maildir.
+
+Run::
+
+    python -m streams.stack.smtp_sink --host 127.0.0.1 --port 12525 \\
+        --maildir .local/data/maildir [--log-level INFO]
+
+Any sender and recipient is accepted, without authentication or TLS; nothing is
+relayed. Each message is stored as received in the Maildir (``new/``) by
+aiosmtpd's :class:`aiosmtpd.handlers.Mailbox`, which adds the envelope as
+headers: ``X-Peer`` (client address), ``X-MailFrom``, ``X-RcptTo`` (comma-separated).
+``NOOP`` answers ``250 OK`` (health checks use it). Read the Maildir with
+:mod:`streams.adapters.maildir`.
+
+Logs go to stderr (UTC timestamps), one line per stored message with its
+Message-ID. SIGTERM or SIGINT stop the server cleanly (exit status 0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from email.message import Message
+from pathlib import Path
+from types import FrameType
+
+from aiosmtpd.controller import Controller
+from aiosmtpd.handlers import Mailbox
+
+logger = logging.getLogger("streams.stack.smtp_sink")
+
+
+class LoggingMailbox(Mailbox):
+    """aiosmtpd's Maildir handler, plus one log line per stored message."""
+
+    def handle_message(self, message: Message) -> None:
+        super().handle_message(message)
+        logger.info(
+            "stored message %s from %s to %s",
+            message.get("Message-ID"),
+            message.get("X-MailFrom"),
+            message.get("X-RcptTo"),
+        )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m streams.stack.smtp_sink",
+        description="SMTP sink: stores every message it receives in a Maildir.",
+    )
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=12525)
+    parser.add_argument("--maildir", type=Path, required=True, help="created if missing")
+    parser.add_argument("--log-level", default="INFO")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``python -m streams.stack.smtp_sink``; returns the exit status."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        stream=sys.stderr,
+        format="%(asctime)s.%(msecs)03dZ %(levelname)s %(name)s: %(message)s",
+        datefmt="%Y-%m-%dT%H:%M:%S",
+    )
+    logging.Formatter.converter = time.gmtime
+    # aiosmtpd logs every SMTP command at INFO on "mail.log": only at DEBUG here.
+    if logging.getLogger().level > logging.DEBUG:
+        logging.getLogger("mail.log").setLevel(logging.WARNING)
+    # mailbox.Maildir creates tmp/new/cur only when the folder itself is missing.
+    for sub in ("tmp", "new", "cur"):
+        (args.maildir / sub).mkdir(parents=True, exist_ok=True)
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    controller = Controller(
+        LoggingMailbox(args.maildir),
+        hostname=args.host,
+        port=args.port,
+        server_hostname="smtp-sink.invoicing.local",
+        enable_SMTPUTF8=True,
+    )
+    controller.start()
+    logger.info("SMTP sink listening on %s:%d, storing to %s", args.host, args.port, args.maildir)
+    try:
+        while not stop.wait(0.5):
+            pass
+    finally:
+        logger.info("stopping SMTP sink")
+        controller.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
