@@ -113,7 +113,9 @@ def decode(
     except UnicodeDecodeError:
         raise InvalidEvent("record key is not UTF-8") from None
     if key_text != attrs["ce_subject"]:
-        raise InvalidEvent(f"record key {key_text!r} differs from ce_subject {attrs['ce_subject']!r}")
+        raise InvalidEvent(
+            f"record key {key_text!r} differs from ce_subject {attrs['ce_subject']!r}"
+        )
     if value is None:
         raise InvalidEvent("record has no value")
     try:
@@ -126,7 +128,9 @@ def decode(
         raise InvalidEvent(f"invalid {event_type} data: {_summarise(exc)}") from None
     customer = getattr(data, "customer_id", None)
     if customer != key_text:
-        raise InvalidEvent(f"data.customer_id {customer!r} differs from the record key {key_text!r}")
+        raise InvalidEvent(
+            f"data.customer_id {customer!r} differs from the record key {key_text!r}"
+        )
     try:
         return Envelope(
             id=attrs["ce_id"],

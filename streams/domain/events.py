@@ -281,7 +281,7 @@ class Envelope(BaseModel):
         cls, data: EventData, *, id: str, source: str, time: datetime | None = None
     ) -> Envelope:
         """An envelope for ``data`` with ``subject`` = its customer id."""
-        subject = getattr(data, "customer_id")  # every event's data names its customer
+        subject = str(getattr(data, "customer_id"))  # noqa: B009 - every event names its customer
         return cls(
             id=id,
             source=source,
@@ -292,7 +292,9 @@ class Envelope(BaseModel):
         )
 
 
-def close_marker_id(customer_id: str, billing_period: str, reason: str = "period_closed", nonce: str = "") -> str:
+def close_marker_id(
+    customer_id: str, billing_period: str, reason: str = "period_closed", nonce: str = ""
+) -> str:
     """Deterministic id of a close marker: a rerun of close-period sends the same id."""
     return deterministic_id("billing_period.closed", customer_id, billing_period, reason, nonce)
 

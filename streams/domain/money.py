@@ -76,8 +76,10 @@ def parse_decimal(value: object, *, what: str = "amount") -> Decimal:
     Raises:
         InvalidAmount: ``value`` is a float, bool, non-finite, or not a number.
     """
-    if isinstance(value, bool) or isinstance(value, float):
-        raise InvalidAmount(f"{what} must be a decimal string, not {type(value).__name__} {value!r}")
+    if isinstance(value, (bool, float)):
+        raise InvalidAmount(
+            f"{what} must be a decimal string, not {type(value).__name__} {value!r}"
+        )
     if isinstance(value, Decimal):
         result = value
     elif isinstance(value, int):

@@ -1,0 +1,227 @@
+"""Kafka adapter: client configurations, topic creation, and group metadata parsing.
+
+Everything that knows librdkafka's configuration names lives here, so the rest
+of the code asks for "a producer" or "a consumer of group X" and gets the
+project's guarantees with it:
+
+- producers: ``partitioner=murmur2_random`` (the Java client's default
+  partitioner, so Python and Java producers put a customer on the same
+  partition), idempotence on, ``acks=all``;
+- consumers: auto-commit **off** and offset auto-store off (offsets are
+  committed only after the database commit, see
+  :func:`streams.invoicing.commit.commit_after_db`), cooperative-sticky
+  assignment, no static membership (``group.instance.id`` is refused: it would
+  let a replacement process reuse a generation, DESIGN "Ownership and fencing").
+"""
+
+from __future__ import annotations
+
+import struct
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+from streams.settings import KafkaSettings
+from streams.topics import REGISTRY, TopicSpec
+
+
+class KafkaAdapterError(Exception):
+    """Root of this adapter's errors."""
+
+
+class ConfigurationError(KafkaAdapterError):
+    """A client configuration the pipeline refuses (e.g. static membership)."""
+
+
+class GroupMetadataFormatError(KafkaAdapterError):
+    """``consumer_group_metadata()`` returned bytes we do not understand."""
+
+
+def producer_config(kafka: KafkaSettings, **overrides: Any) -> dict[str, Any]:
+    """librdkafka producer configuration with the project's guarantees."""
+    config: dict[str, Any] = {
+        "bootstrap.servers": kafka.bootstrap_servers,
+        # The Java client's partitioner: murmur2 of the key bytes, positive, mod partitions.
+        "partitioner": "murmur2_random",
+        "enable.idempotence": True,
+        "acks": "all",
+        "linger.ms": 20,
+        "compression.type": "lz4",
+        "message.timeout.ms": 120_000,
+    }
+    config.update(overrides)
+    return config
+
+
+def consumer_config(kafka: KafkaSettings, group_id: str, **overrides: Any) -> dict[str, Any]:
+    """librdkafka consumer configuration for a member of ``group_id``.
+
+    Raises:
+        ConfigurationError: ``group.instance.id`` (static membership) was asked for.
+    """
+    config: dict[str, Any] = {
+        "bootstrap.servers": kafka.bootstrap_servers,
+        "group.id": group_id,
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "auto.offset.reset": "earliest",
+        "max.poll.interval.ms": kafka.max_poll_interval_ms,
+        "isolation.level": "read_committed",
+    }
+    if kafka.group_protocol == "consumer":
+        # KIP-848: the broker assigns; session/heartbeat/assignor are broker-side settings.
+        config["group.protocol"] = "consumer"
+    else:
+        config["group.protocol"] = "classic"
+        config["partition.assignment.strategy"] = "cooperative-sticky"
+        config["session.timeout.ms"] = kafka.session_timeout_ms
+        config["heartbeat.interval.ms"] = kafka.heartbeat_interval_ms
+    config.update(overrides)
+    if config.get("group.instance.id"):
+        raise ConfigurationError(
+            "static membership (group.instance.id) is not allowed: a replacement process "
+            "would reuse the generation its fencing token comes from"
+        )
+    return config
+
+
+def make_producer(kafka: KafkaSettings, **overrides: Any) -> Producer:
+    return Producer(producer_config(kafka, **overrides))
+
+
+def make_consumer(kafka: KafkaSettings, group_id: str, **overrides: Any) -> Consumer:
+    return Consumer(consumer_config(kafka, group_id, **overrides))
+
+
+def admin_client(kafka: KafkaSettings) -> AdminClient:
+    return AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
+
+
+def topic_specs(kafka: KafkaSettings) -> tuple[TopicSpec, ...]:
+    """The registry's topics under ``kafka.topic_prefix``."""
+    return tuple(spec.with_prefix(kafka.topic_prefix) for spec in REGISTRY)
+
+
+def ensure_topics(
+    kafka: KafkaSettings, specs: tuple[TopicSpec, ...] | None = None, timeout_s: float = 30.0
+) -> list[str]:
+    """Create the topics of ``specs`` (default: the registry) that do not exist.
+
+    Idempotent: existing topics are left alone. Returns the names created.
+
+    Raises:
+        KafkaAdapterError: a creation failed for another reason than "exists".
+    """
+    specs = specs if specs is not None else topic_specs(kafka)
+    admin = admin_client(kafka)
+    existing = set(admin.list_topics(timeout=timeout_s).topics)
+    wanted = [s for s in specs if s.name not in existing]
+    if not wanted:
+        return []
+    futures = admin.create_topics(
+        [
+            NewTopic(
+                s.name,
+                num_partitions=s.partitions,
+                replication_factor=s.replication_factor,
+                config=s.config(),
+            )
+            for s in wanted
+        ],
+        request_timeout=timeout_s,
+    )
+    created: list[str] = []
+    for name, future in futures.items():
+        try:
+            future.result()
+            created.append(name)
+        except KafkaException as exc:
+            err = exc.args[0]
+            if err.name() != "TOPIC_ALREADY_EXISTS":
+                raise KafkaAdapterError(f"creating topic {name} failed: {err}") from exc
+    return created
+
+
+# --------------------------------------------------------------------------- group metadata
+
+
+_CGMD_MAGIC = b"CGMDv2:"
+
+
+@dataclass(frozen=True)
+class GroupMetadata:
+    """librdkafka's consumer group metadata: the fencing token's ingredients.
+
+    ``generation_id`` is the group generation (classic protocol) or the member
+    epoch (KIP-848 ``group.protocol=consumer``); both only grow.
+    """
+
+    generation_id: int
+    group_id: str
+    member_id: str
+    group_instance_id: str | None
+
+
+def parse_group_metadata(raw: bytes, *, byteorder: str = sys.byteorder) -> GroupMetadata:
+    """Parse the bytes of ``Consumer.consumer_group_metadata()``.
+
+    Format (librdkafka ``rd_kafka_consumer_group_metadata_write``; private to
+    librdkafka, hence this one guarded function), as measured against
+    librdkafka 2.16.0 and a Kafka 4.3 broker::
+
+        b"CGMDv2:"                 ASCII magic
+        int32                      generation id, host byte order (memcpy); -1 before joining
+        group_id   b"\\0"          NUL-terminated
+        member_id  b"\\0"          NUL-terminated ("" before joining)
+        b"\\x01"                   no group instance id, or
+        b"\\x00" instance_id b"\\0"  static membership's group.instance.id
+
+    Observed: ``CGMDv2:\\x01\\x00\\x00\\x00<group>\\x00rdkafka-<uuid>\\x00\\x01`` at generation 1.
+
+    Raises:
+        GroupMetadataFormatError: another magic, truncated or malformed bytes.
+    """
+    if not isinstance(raw, bytes | bytearray):
+        raise GroupMetadataFormatError(f"expected bytes, got {type(raw).__name__}")
+    raw = bytes(raw)
+    if not raw.startswith(_CGMD_MAGIC):
+        raise GroupMetadataFormatError(
+            f"unknown consumer group metadata magic {raw[:7]!r} (expected {_CGMD_MAGIC!r}); "
+            "librdkafka changed its private format: update parse_group_metadata"
+        )
+    body = raw[len(_CGMD_MAGIC) :]
+    if len(body) < 4:
+        raise GroupMetadataFormatError("consumer group metadata truncated before the generation id")
+    fmt = "<i" if byteorder == "little" else ">i"
+    (generation,) = struct.unpack(fmt, body[:4])
+    rest = body[4:]
+    try:
+        group_end = rest.index(b"\x00")
+        member_end = rest.index(b"\x00", group_end + 1)
+    except ValueError:
+        raise GroupMetadataFormatError(
+            "consumer group metadata lacks a NUL-terminated group or member id"
+        ) from None
+    flags = rest[member_end + 1 :]
+    if flags == b"\x01":
+        instance: str | None = None
+    elif flags.startswith(b"\x00") and flags.endswith(b"\x00") and len(flags) >= 2:
+        instance = flags[1:-1].decode("utf-8", errors="strict")
+    else:
+        raise GroupMetadataFormatError(f"unexpected group instance id field {flags!r}")
+    try:
+        group_id = rest[:group_end].decode()
+        member_id = rest[group_end + 1 : member_end].decode()
+    except UnicodeDecodeError as exc:
+        raise GroupMetadataFormatError("consumer group metadata strings are not UTF-8") from exc
+    return GroupMetadata(generation, group_id, member_id, instance or None)
+
+
+def group_metadata(consumer: Consumer) -> GroupMetadata:
+    """The consumer's current group metadata (generation, member id)."""
+    cgmd = consumer.consumer_group_metadata()
+    raw = bytes(cgmd)
+    return parse_group_metadata(raw)

@@ -1,0 +1,191 @@
+"""The ``invoicing`` command (typer).
+
+Sub-commands are grouped by what an operator does: ``stack`` (the local
+stack), ``db``, ``topics``; the pipeline's own commands join as they land.
+Settings are loaded once here and passed down.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from streams.settings import Settings
+
+app = typer.Typer(
+    help="Invoicing pipeline: usage events in, one invoice and one email out.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+stack_app = typer.Typer(
+    help="The local stack (Kafka, Connect+Debezium, PostgreSQL, Redis, SMTP sink, tax).",
+    no_args_is_help=True,
+)
+db_app = typer.Typer(help="Database schema.", no_args_is_help=True)
+topics_app = typer.Typer(help="Kafka topics of the registry.", no_args_is_help=True)
+app.add_typer(stack_app, name="stack")
+app.add_typer(db_app, name="db")
+app.add_typer(topics_app, name="topics")
+
+console = Console(stderr=True)
+out = Console()
+
+
+def _settings() -> Settings:
+    return Settings()
+
+
+@stack_app.command("up")
+def stack_up(
+    no_provision: bool = typer.Option(
+        False, help="Start services only; skip roles, migrations, topics, connector."
+    ),
+) -> None:
+    """Install what is missing, start every service, wait until healthy, provision. Idempotent."""
+    from streams.stack.errors import StackError
+    from streams.stack.manager import Stack
+
+    stack = Stack(_settings(), report=lambda m: console.print(f"[cyan]stack[/]: {m}"))
+    try:
+        result = stack.up(provision=not no_provision)
+    except StackError as exc:
+        console.print(f"[red]stack up failed[/]: {exc}")
+        raise typer.Exit(1) from exc
+    if result.started:
+        console.print(f"[green]started[/]: {', '.join(result.started)}")
+    else:
+        console.print("[green]already up[/]: nothing started")
+    _print_status(stack)
+
+
+@stack_app.command("down")
+def stack_down(
+    wipe: bool = typer.Option(
+        False, "--wipe", help="Also delete the services' data under .local/data."
+    ),
+) -> None:
+    """Stop the processes the stack started; keep data unless --wipe."""
+    from streams.stack.manager import Stack
+
+    stack = Stack(_settings(), report=lambda m: console.print(f"[cyan]stack[/]: {m}"))
+    stopped = stack.down(wipe=wipe)
+    console.print(f"stopped: {', '.join(stopped) if stopped else 'nothing was running'}")
+
+
+@stack_app.command("status")
+def stack_status() -> None:
+    """Each service with port, pid, state and health. Exit 1 if any is unhealthy."""
+    from streams.stack.manager import Stack
+
+    stack = Stack(_settings())
+    healthy = _print_status(stack)
+    if not healthy:
+        raise typer.Exit(1)
+
+
+def _print_status(stack: object) -> bool:
+    from streams.stack.manager import Stack
+
+    assert isinstance(stack, Stack)
+    rows = stack.status()
+    table = Table(title="invoicing local stack")
+    for col in ("service", "port", "pid", "state", "health", "log"):
+        table.add_column(col)
+    for row in rows:
+        health = str(row["health"])
+        style = "green" if health == "ok" else "red"
+        table.add_row(
+            str(row["service"]),
+            str(row["port"]),
+            str(row["pid"] or "-"),
+            str(row["state"]),
+            f"[{style}]{health}[/]",
+            str(row["log"]),
+        )
+    out.print(table)
+    return all(r["health"] == "ok" for r in rows)
+
+
+@stack_app.command("logs")
+def stack_logs(
+    service: str = typer.Argument(
+        "supervisord", help="postgres, redis, kafka, connect, smtp, tax or supervisord"
+    ),
+    lines: int = typer.Option(100, "-n", help="How many last lines."),
+) -> None:
+    """Print the last lines of a service's log."""
+    from collections import deque
+
+    from streams.stack.errors import StackError
+    from streams.stack.manager import Stack
+
+    try:
+        path = Stack(_settings()).log_path(service)
+    except StackError as exc:
+        console.print(f"[red]{exc}[/]")
+        raise typer.Exit(2) from exc
+    if not path.exists():
+        console.print(f"no log yet at {path}")
+        raise typer.Exit(1)
+    with path.open(errors="replace") as fh:
+        sys.stdout.writelines(deque(fh, maxlen=lines))
+
+
+@stack_app.command("fetch")
+def stack_fetch() -> None:
+    """Fetch the Java artifacts (Kafka, Connect, Debezium) from Maven Central if not yet done."""
+    from streams.stack.manager import Stack
+
+    ran = Stack(_settings(), report=lambda m: console.print(m)).fetch()
+    console.print("fetched" if ran else "already fetched: nothing to do")
+
+
+@db_app.command("migrate")
+def db_migrate() -> None:
+    """Apply database migrations up to head (idempotent)."""
+    from streams.adapters import migrate
+
+    settings = _settings()
+    migrate.upgrade(settings.postgres)
+    console.print(f"database at revision {migrate.current_revision(settings.postgres)}")
+
+
+@topics_app.command("create")
+def topics_create() -> None:
+    """Create the registry's topics that do not exist (idempotent)."""
+    from streams.adapters.kafka import ensure_topics
+
+    created = ensure_topics(_settings().kafka)
+    console.print(f"created: {', '.join(created)}" if created else "all topics exist")
+
+
+@topics_app.command("list")
+def topics_list() -> None:
+    """The registry: name, partitions, key, cleanup policy, retention."""
+    from streams.adapters.kafka import topic_specs
+
+    table = Table(title="topics")
+    for col in ("name", "partitions", "key", "cleanup", "retention.ms", "description"):
+        table.add_column(col)
+    for spec in topic_specs(_settings().kafka):
+        table.add_row(
+            spec.name,
+            str(spec.partitions),
+            spec.key,
+            spec.cleanup_policy,
+            str(spec.retention_ms),
+            spec.description,
+        )
+    out.print(table)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()
+
+
+if __name__ == "__main__":
+    main()

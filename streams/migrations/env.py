@@ -1,0 +1,38 @@
+"""Alembic environment: online migrations only, serialised by an advisory lock.
+
+The URL comes from the caller (``streams.adapters.migrate.upgrade``) through the
+Alembic config's ``sqlalchemy.url``; nothing is read from the environment here.
+Two ``migrate`` commands started at once (two workers, two CI jobs) take the same
+advisory lock, so the second waits and then finds nothing to do.
+"""
+
+from __future__ import annotations
+
+from alembic import context
+from sqlalchemy import create_engine, pool, text
+
+#: Key of the PostgreSQL advisory lock that serialises migrations.
+MIGRATION_LOCK_KEY = 7_246_011
+
+
+def run_migrations_online() -> None:
+    url = context.config.get_main_option("sqlalchemy.url")
+    if not url:
+        raise RuntimeError("sqlalchemy.url is not set: call streams.adapters.migrate.upgrade()")
+    engine = create_engine(url, poolclass=pool.NullPool)
+    with engine.connect() as connection:
+        connection.execute(text("SELECT pg_advisory_lock(:k)"), {"k": MIGRATION_LOCK_KEY})
+        connection.commit()
+        try:
+            context.configure(connection=connection, transaction_per_migration=True)
+            with context.begin_transaction():
+                context.run_migrations()
+            connection.commit()
+        finally:
+            connection.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": MIGRATION_LOCK_KEY})
+            connection.commit()
+
+
+if context.is_offline_mode():
+    raise RuntimeError("offline (SQL script) migrations are not supported")
+run_migrations_online()

@@ -1,0 +1,499 @@
+"""The services of the local stack: how each is prepared, started and checked.
+
+Order (each waits for the previous to be healthy): postgres, redis, kafka,
+connect, smtp, tax. Ports come from :class:`streams.settings.Settings`.
+"""
+
+from __future__ import annotations
+
+import base64
+import glob
+import hashlib
+import os
+import pwd
+import shutil
+import subprocess
+import sys
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlparse
+
+from streams.settings import Settings
+from streams.stack import health
+from streams.stack.errors import MissingPackage, StackError
+from streams.stack.layout import Layout
+from streams.stack.supervisor import Program
+
+#: Debian packages the stack needs, by the binary that proves each is installed.
+OS_PACKAGES = {"postgresql": "postgres", "redis-server": "redis-server"}
+
+
+@dataclass(frozen=True)
+class Service:
+    """A service: its supervised program, a health check and its port."""
+
+    name: str
+    port: int
+    program: Program
+    check: Callable[[], str | None]
+
+
+def _host_port(hostport: str) -> tuple[str, int]:
+    host, _, port = hostport.rpartition(":")
+    return host, int(port)
+
+
+def postgres_bindir() -> Path | None:
+    """Folder of the newest installed PostgreSQL server binaries, if any."""
+    candidates = sorted(
+        glob.glob("/usr/lib/postgresql/*/bin/postgres"),
+        key=lambda p: (
+            int(Path(p).parent.parent.name) if Path(p).parent.parent.name.isdigit() else 0
+        ),
+    )
+    if candidates:
+        return Path(candidates[-1]).parent
+    found = shutil.which("postgres")
+    return Path(found).parent if found else None
+
+
+def redis_binary() -> str | None:
+    return shutil.which("redis-server")
+
+
+def java_binary() -> str:
+    home = os.environ.get("JAVA_HOME")
+    if home and (Path(home) / "bin" / "java").exists():
+        return str(Path(home) / "bin" / "java")
+    found = shutil.which("java")
+    if not found:
+        raise MissingPackage(
+            "java not found: install a JDK 17+ (apt-get install -y openjdk-17-jre-headless)"
+        )
+    return found
+
+
+def ensure_os_packages(*, install: bool = True) -> list[str]:
+    """Install the Debian packages the stack needs when missing (as root).
+
+    Returns the packages installed.
+
+    Raises:
+        MissingPackage: one is missing and we are not root (the message gives the
+            exact command), or apt-get failed.
+    """
+    missing = [
+        pkg
+        for pkg, probe in OS_PACKAGES.items()
+        if (postgres_bindir() if probe == "postgres" else redis_binary()) is None
+    ]
+    if not missing:
+        return []
+    command = ["apt-get", "install", "-y", "--no-install-recommends", *missing]
+    if os.geteuid() != 0 or not install:
+        raise MissingPackage(
+            f"missing Debian packages: {' '.join(missing)}; install them with: "
+            f"sudo apt-get update && sudo {' '.join(command)}"
+        )
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    result = subprocess.run(command, env=env, capture_output=True, text=True)
+    if result.returncode != 0:
+        subprocess.run(["apt-get", "update"], env=env, capture_output=True, text=True)
+        result = subprocess.run(command, env=env, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise MissingPackage(f"{' '.join(command)} failed:\n{result.stderr[-2000:]}")
+    return missing
+
+
+# --------------------------------------------------------------------------- postgres
+
+
+@dataclass(frozen=True)
+class PostgresPaths:
+    """The cluster folder and socket folder, both owned by the OS user PostgreSQL runs as."""
+
+    base: Path
+    os_user: str
+
+    @property
+    def cluster(self) -> Path:
+        return self.base / "cluster"
+
+    @property
+    def socket_dir(self) -> Path:
+        return self.base / "socket"
+
+
+def _run_as(
+    user: str | None, command: list[str], **kwargs: object
+) -> subprocess.CompletedProcess[str]:
+    if user is not None:
+        command = ["runuser", "-u", user, "--", *command]
+    return subprocess.run(command, capture_output=True, text=True, check=False, **kwargs)  # type: ignore[call-overload,no-any-return]
+
+
+def postgres_paths(layout: Layout, settings: Settings) -> PostgresPaths:
+    """Where the cluster lives, creating the base folder owned by the right user.
+
+    PostgreSQL refuses to run as root. As root we run it as
+    ``settings.stack.postgres_os_user`` (created if absent). That user must be
+    able to reach the folder: when the repo sits under a folder it cannot
+    traverse (e.g. ``/root``), ``.local/data/postgres`` becomes a symlink to a
+    folder under ``/var/tmp`` keyed by the repo path.
+    """
+    link = layout.postgres_data
+    if os.geteuid() != 0:
+        link.mkdir(parents=True, exist_ok=True)
+        return PostgresPaths(link, pwd.getpwuid(os.geteuid()).pw_name)
+    user = settings.stack.postgres_os_user
+    try:
+        pwd.getpwnam(user)
+    except KeyError:
+        subprocess.run(
+            ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", user],
+            check=True,
+        )
+    if link.is_symlink():
+        target = Path(os.readlink(link))
+        target.mkdir(parents=True, exist_ok=True)
+        shutil.chown(target, user, None)
+        return PostgresPaths(target, user)
+    layout.data.mkdir(parents=True, exist_ok=True)
+    if _run_as(user, ["test", "-x", str(layout.data)]).returncode == 0:
+        link.mkdir(parents=True, exist_ok=True)
+        shutil.chown(link, user, None)
+        return PostgresPaths(link, user)
+    digest = hashlib.sha256(str(layout.root).encode()).hexdigest()[:12]
+    target = Path("/var/tmp") / f"invoicing-postgres-{digest}"
+    target.mkdir(parents=True, exist_ok=True)
+    shutil.chown(target, user, None)
+    target.chmod(0o700)
+    if link.exists():
+        shutil.rmtree(link)
+    link.symlink_to(target)
+    return PostgresPaths(target, user)
+
+
+def prepare_postgres(layout: Layout, settings: Settings) -> PostgresPaths:
+    """initdb the cluster the first time (trust on the unix socket for the
+    ``postgres`` superuser, scram-sha-256 over TCP)."""
+    paths = postgres_paths(layout, settings)
+    bindir = postgres_bindir()
+    if bindir is None:
+        raise MissingPackage("PostgreSQL server binaries not found (apt-get install -y postgresql)")
+    run_as = paths.os_user if os.geteuid() == 0 else None
+    _run_as(run_as, ["mkdir", "-p", str(paths.socket_dir)])
+    if not (paths.cluster / "PG_VERSION").exists():
+        result = _run_as(
+            run_as,
+            [
+                str(bindir / "initdb"),
+                "-D",
+                str(paths.cluster),
+                "-U",
+                "postgres",
+                "-E",
+                "UTF8",
+                "--no-locale",
+                "--auth-local=trust",
+                "--auth-host=scram-sha-256",
+            ],
+        )
+        if result.returncode != 0:
+            raise StackError(f"initdb failed:\n{result.stdout[-1500:]}\n{result.stderr[-1500:]}")
+    return paths
+
+
+def postgres_service(layout: Layout, settings: Settings, paths: PostgresPaths) -> Service:
+    bindir = postgres_bindir() or Path("/usr/lib/postgresql/15/bin")
+    pg = settings.postgres
+    program = Program(
+        name="postgres",
+        command=[
+            str(bindir / "postgres"),
+            "-D",
+            str(paths.cluster),
+            "-c",
+            f"port={pg.port}",
+            "-c",
+            f"listen_addresses={pg.host}",
+            "-c",
+            f"unix_socket_directories={paths.socket_dir}",
+            "-c",
+            "wal_level=logical",
+            "-c",
+            "max_wal_senders=10",
+            "-c",
+            "max_replication_slots=10",
+            "-c",
+            "max_connections=200",
+            "-c",
+            "shared_buffers=128MB",
+            "-c",
+            "log_min_messages=warning",
+        ],
+        directory=paths.base,
+        user=paths.os_user if os.geteuid() == 0 else None,
+        stopsignal="INT",  # fast shutdown
+        stopwaitsecs=60,
+    )
+    return Service(
+        "postgres",
+        pg.port,
+        program,
+        lambda: health.postgres_superuser_check(paths.socket_dir, pg.port),
+    )
+
+
+# --------------------------------------------------------------------------- redis
+
+
+def prepare_redis(layout: Layout, settings: Settings) -> None:
+    """Write redis.conf: loopback, non-default port, append-only data under .local/."""
+    parsed = urlparse(settings.redis.url)
+    port = parsed.port or 6379
+    (layout.conf / "redis.conf").write_text(
+        "\n".join(
+            [
+                f"bind {parsed.hostname or '127.0.0.1'}",
+                f"port {port}",
+                "protected-mode yes",
+                "daemonize no",
+                f"dir {layout.redis_data}",
+                # The lease fencing counter (INCR) must survive a restart: append-only file.
+                "appendonly yes",
+                "appendfsync everysec",
+                'save ""',
+                "loglevel notice",
+                "",
+            ]
+        )
+    )
+
+
+def redis_service(layout: Layout, settings: Settings) -> Service:
+    port = urlparse(settings.redis.url).port or 6379
+    binary = redis_binary() or "redis-server"
+    program = Program(
+        name="redis", command=[binary, str(layout.conf / "redis.conf")], directory=layout.redis_data
+    )
+    return Service("redis", port, program, lambda: health.redis_check(settings))
+
+
+# --------------------------------------------------------------------------- kafka + connect
+
+
+LOG4J2 = """\
+status = warn
+name = invoicing-stack
+appender.console.type = Console
+appender.console.name = STDOUT
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = [%d{ISO8601}] %p %m (%c)%n
+rootLogger.level = info
+rootLogger.appenderRef.stdout.ref = STDOUT
+logger.kafka.name = kafka
+logger.kafka.level = info
+logger.kafkaorg.name = org.apache.kafka
+logger.kafkaorg.level = info
+logger.reflections.name = org.reflections
+logger.reflections.level = error
+logger.statechange.name = state.change.logger
+logger.statechange.level = warn
+"""
+
+
+def _kafka_cluster_id() -> str:
+    # Kafka's Uuid.randomUuid().toString(): 16 random bytes, base64url without padding.
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def prepare_kafka(layout: Layout, settings: Settings) -> None:
+    """Write the broker config and format its storage the first time (KRaft, standalone)."""
+    host, port = _host_port(settings.kafka.bootstrap_servers.split(",")[0])
+    ctl = settings.kafka.controller_port
+    props = layout.conf / "server.properties"
+    props.write_text(
+        "\n".join(
+            [
+                "process.roles=broker,controller",
+                "node.id=1",
+                f"controller.quorum.bootstrap.servers={host}:{ctl}",
+                f"listeners=PLAINTEXT://{host}:{port},CONTROLLER://{host}:{ctl}",
+                f"advertised.listeners=PLAINTEXT://{host}:{port},CONTROLLER://{host}:{ctl}",
+                "controller.listener.names=CONTROLLER",
+                "inter.broker.listener.name=PLAINTEXT",
+                "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+                f"log.dirs={layout.kafka_data}",
+                "num.partitions=1",
+                "default.replication.factor=1",
+                "offsets.topic.replication.factor=1",
+                "offsets.topic.num.partitions=12",
+                "transaction.state.log.replication.factor=1",
+                "transaction.state.log.min.isr=1",
+                "share.coordinator.state.topic.replication.factor=1",
+                "share.coordinator.state.topic.min.isr=1",
+                "group.initial.rebalance.delay.ms=0",
+                "group.coordinator.rebalance.protocols=classic,consumer",
+                # Topics come from streams.topics.REGISTRY (and Connect's own): no silent auto-creation.
+                "auto.create.topics.enable=false",
+                "log.retention.check.interval.ms=300000",
+                "",
+            ]
+        )
+    )
+    (layout.conf / "log4j2.properties").write_text(LOG4J2)
+    if not (layout.kafka_data / "meta.properties").exists():
+        result = subprocess.run(
+            [
+                java_binary(),
+                "-cp",
+                f"{layout.java_lib}/*",
+                f"-Dlog4j2.configurationFile={layout.conf / 'log4j2.properties'}",
+                "kafka.tools.StorageTool",
+                "format",
+                "--standalone",
+                "-t",
+                _kafka_cluster_id(),
+                "-c",
+                str(props),
+            ],
+            capture_output=True,
+            text=True,
+        )
+        if result.returncode != 0:
+            raise StackError(
+                f"kafka storage format failed:\n{result.stdout[-1500:]}\n{result.stderr[-1500:]}"
+            )
+
+
+def _java_program(layout: Layout, name: str, heap: str, main: str, conf: Path) -> Program:
+    return Program(
+        name=name,
+        command=[
+            java_binary(),
+            *heap.split(),
+            "-XX:+UseG1GC",
+            "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={layout.conf / 'log4j2.properties'}",
+            f"-Dkafka.logs.dir={layout.logs}",
+            "-cp",
+            f"{layout.java_lib}/*",
+            main,
+            str(conf),
+        ],
+        directory=layout.root,
+        stopwaitsecs=60,
+        startsecs=3,
+    )
+
+
+def kafka_service(layout: Layout, settings: Settings) -> Service:
+    _, port = _host_port(settings.kafka.bootstrap_servers.split(",")[0])
+    program = _java_program(
+        layout, "kafka", settings.stack.kafka_heap, "kafka.Kafka", layout.conf / "server.properties"
+    )
+    return Service("kafka", port, program, lambda: health.kafka_check(settings))
+
+
+def prepare_connect(layout: Layout, settings: Settings) -> None:
+    url = urlparse(settings.connect.url)
+    (layout.conf / "connect-distributed.properties").write_text(
+        "\n".join(
+            [
+                f"bootstrap.servers={settings.kafka.bootstrap_servers}",
+                f"group.id={settings.connect.group_id}",
+                "key.converter=org.apache.kafka.connect.json.JsonConverter",
+                "value.converter=org.apache.kafka.connect.json.JsonConverter",
+                "key.converter.schemas.enable=false",
+                "value.converter.schemas.enable=false",
+                "config.storage.topic=_invoicing-connect-configs",
+                "offset.storage.topic=_invoicing-connect-offsets",
+                "status.storage.topic=_invoicing-connect-status",
+                # One broker: every internal topic has replication factor 1.
+                "config.storage.replication.factor=1",
+                "offset.storage.replication.factor=1",
+                "status.storage.replication.factor=1",
+                "offset.storage.partitions=5",
+                "status.storage.partitions=3",
+                "offset.flush.interval.ms=1000",
+                f"listeners=http://{url.hostname}:{url.port}",
+                f"rest.advertised.host.name={url.hostname}",
+                f"rest.advertised.port={url.port}",
+                # plugin.path names the parent of the plugin folder.
+                f"plugin.path={layout.plugins}",
+                "plugin.discovery=hybrid_warn",
+                "topic.creation.enable=true",
+                "",
+            ]
+        )
+    )
+
+
+def connect_service(layout: Layout, settings: Settings) -> Service:
+    url = urlparse(settings.connect.url)
+    program = _java_program(
+        layout,
+        "connect",
+        settings.stack.connect_heap,
+        "org.apache.kafka.connect.cli.ConnectDistributed",
+        layout.conf / "connect-distributed.properties",
+    )
+    return Service("connect", url.port or 8083, program, lambda: health.connect_check(settings))
+
+
+# --------------------------------------------------------------------------- the project's fakes
+
+
+def smtp_service(layout: Layout, settings: Settings) -> Service:
+    program = Program(
+        name="smtp",
+        command=[
+            sys.executable,
+            "-m",
+            "streams.stack.smtp_sink",
+            "--host",
+            settings.smtp.host,
+            "--port",
+            str(settings.smtp.port),
+            "--maildir",
+            str(layout.maildir),
+        ],
+        directory=layout.root,
+        environment={"PYTHONUNBUFFERED": "1"},
+    )
+    return Service("smtp", settings.smtp.port, program, lambda: health.smtp_check(settings))
+
+
+def tax_service(layout: Layout, settings: Settings) -> Service:
+    url = urlparse(settings.tax.url)
+    fakes = settings.fakes
+    program = Program(
+        name="tax",
+        command=[
+            sys.executable,
+            "-m",
+            "streams.stack.fake_tax",
+            "--host",
+            url.hostname or "127.0.0.1",
+            "--port",
+            str(url.port),
+            "--record-file",
+            str(layout.tax_records),
+            "--base-latency-s",
+            str(fakes.tax_base_latency_s),
+            "--per-line-latency-s",
+            str(fakes.tax_per_line_latency_s),
+            "--spike-probability",
+            str(fakes.tax_spike_probability),
+            "--spike-latency-s",
+            str(fakes.tax_spike_latency_s),
+            "--error-rate",
+            str(fakes.tax_error_rate),
+        ],
+        directory=layout.root,
+        environment={"PYTHONUNBUFFERED": "1"},
+    )
+    return Service("tax", url.port or 80, program, lambda: health.tax_check(settings))
