@@ -8,6 +8,8 @@ is used only here, by Alembic; the application speaks psycopg directly.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
@@ -15,6 +17,9 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, pool
 
 from streams.settings import PostgresSettings
+
+#: The Alembic script folder shipped inside the package.
+MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
 
 
 def _url(pg: PostgresSettings) -> str:
@@ -25,7 +30,9 @@ def _url(pg: PostgresSettings) -> str:
 def alembic_config(pg: PostgresSettings) -> Config:
     """An Alembic config pointing at ``streams/migrations`` and ``pg``."""
     config = Config()
-    config.set_main_option("script_location", "streams:migrations")
+    # A filesystem path, not "streams:migrations": importlib.resources cannot read
+    # through setuptools' editable-install finder.
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
     config.set_main_option("sqlalchemy.url", _url(pg).replace("%", "%%"))
     return config
 
