@@ -14,14 +14,23 @@ from __future__ import annotations
 import email
 import email.policy
 import mailbox
+import re
 from collections import Counter
 from email.message import EmailMessage
 from pathlib import Path
 
+#: Python's Maildir names: ``<seconds>.M<microseconds>P<pid>Q<counter>.<host>``.
+_KEY = re.compile(r"^(\d+)\.M(\d+)P\d+Q(\d+)\.")
+
+
+def _delivery_order(key: str) -> tuple[int, int, int]:
+    match = _KEY.match(key)
+    return (int(match[1]), int(match[2]), int(match[3])) if match else (0, 0, 0)
+
 
 def list_messages(maildir: Path) -> list[EmailMessage]:
     """Every message in ``maildir`` (``new/`` and ``cur/``), ordered by delivery time
-    (file modification time, then Maildir key).
+    (file modification time, then the time and counter in the Maildir name).
 
     Raises:
         FileNotFoundError: ``maildir`` is not a Maildir (the sink creates it at start,
@@ -30,7 +39,7 @@ def list_messages(maildir: Path) -> list[EmailMessage]:
     if not (maildir / "new").is_dir() or not (maildir / "cur").is_dir():
         raise FileNotFoundError(f"{maildir} is not a Maildir (no new/ and cur/)")
     box = mailbox.Maildir(maildir, factory=None, create=False)
-    found: list[tuple[float, str, EmailMessage]] = []
+    found: list[tuple[float, tuple[int, int, int], str, EmailMessage]] = []
     for key in box.iterkeys():
         try:
             delivered = box.get_message(key).get_date()
@@ -40,9 +49,9 @@ def list_messages(maildir: Path) -> list[EmailMessage]:
         message = email.message_from_bytes(data, policy=email.policy.default)
         if not isinstance(message, EmailMessage):  # pragma: no cover - policy.default makes one
             raise TypeError(f"message {key} did not parse as an EmailMessage")
-        found.append((delivered, key, message))
-    found.sort(key=lambda item: (item[0], item[1]))
-    return [message for _, _, message in found]
+        found.append((delivered, _delivery_order(key), key, message))
+    found.sort(key=lambda item: item[:3])
+    return [item[3] for item in found]
 
 
 def count_by_header(maildir: Path, header: str) -> dict[str, int]:
