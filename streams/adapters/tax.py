@@ -828,18 +828,21 @@ class HttpTaxService:
         params = {
             k: v for k, v in (("region_id", region_id), ("tax_code", tax_code)) if v is not None
         }
-        label = f"rates?{params}"
+        what = f"rate lookup {params}"
 
         def attempt() -> Rate:
-            data = self._exchange(label, lambda: self._client.get("/v1/rates", params=params))
-            if not isinstance(data, dict):
-                raise TaxRejected("rate answer is not a JSON object", status=200)
+            data, _ = self._exchange(None, lambda: self._client.get("/v1/rates", params=params))
             try:
-                return Rate(str(data["tax_code"]), _decimal_text(data["rate"], "rate"))
+                if not isinstance(data, dict):
+                    raise InvalidAmount("not a JSON object")
+                found = Rate(str(data["tax_code"]), _decimal_text(data["rate"], "rate"))
             except (KeyError, InvalidAmount) as exc:
-                raise TaxRejected(f"invalid rate answer: {exc}", status=200) from None
+                TAX_REQUESTS.labels(outcome="invalid_answer").inc()
+                raise TaxRejected(f"invalid answer to the {what}: {exc}", status=200) from None
+            TAX_REQUESTS.labels(outcome="ok").inc()
+            return found
 
-        found = self._with_retries(label, attempt)
+        found = self._with_retries(what, None, attempt)
         if self._cache is not None:
             self._cache.put_rates({key: found})
         return found
@@ -889,16 +892,19 @@ class HttpTaxService:
         headers = {"content-type": "application/json", "idempotency-key": key}
 
         def attempt() -> list[TaxedLine]:
-            data = self._exchange(
+            data, replay = self._exchange(
                 key, lambda: self._client.post("/v1/documents", content=body, headers=headers)
             )
-            return _parse_answer(key, chunk, data)
+            taxed = _parse_answer(key, chunk, data)
+            TAX_REQUESTS.labels(outcome="replay" if replay else "ok").inc()
+            return taxed
 
-        return self._with_retries(key, attempt)
+        return self._with_retries(f"tax request {key}", key, attempt)
 
-    def _with_retries(self, key: str, attempt: Callable[[], _T]) -> _T:
+    def _with_retries(self, what: str, key: str | None, attempt: Callable[[], _T]) -> _T:
         """Run ``attempt`` with tenacity: retry :class:`TaxUnavailable`, then raise it
-        with the number of attempts; :class:`TaxRejected` passes at once."""
+        with the number of attempts; :class:`TaxRejected` passes at once. ``what``
+        names the request in messages; ``key`` is its idempotency key, if any."""
         attempts = 0
 
         def counted() -> _T:
@@ -921,7 +927,7 @@ class HttpTaxService:
             exc.attempts = attempts
             if isinstance(exc, TaxUnavailable):
                 raise TaxUnavailable(
-                    f"tax request {key} failed after {attempts} attempts: {exc}",
+                    f"{what} failed after {attempts} attempts: {exc}",
                     status=exc.status,
                     idempotency_key=key,
                     attempts=attempts,
@@ -947,8 +953,9 @@ class HttpTaxService:
             wait,
         )
 
-    def _exchange(self, key: str, send: Callable[[], httpx.Response]) -> Any:
-        """One HTTP attempt under the concurrency bound → the decoded JSON of a 200.
+    def _exchange(self, key: str | None, send: Callable[[], httpx.Response]) -> tuple[Any, bool]:
+        """One HTTP attempt under the concurrency bound → the decoded JSON of a 200 and
+        whether the service said it replayed a stored answer (``Idempotent-Replayed``).
 
         Raises:
             TaxUnavailable: timeout, connection error, 408/429/5xx.
@@ -988,8 +995,7 @@ class HttpTaxService:
                 f"answer is not JSON: {exc}", status=status, idempotency_key=key
             ) from None
         replay = response.headers.get("idempotent-replayed", "").lower() == "true"
-        TAX_REQUESTS.labels(outcome="replay" if replay else "ok").inc()
-        return data
+        return data, replay
 
 
 def _error_text(response: httpx.Response) -> str:

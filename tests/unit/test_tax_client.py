@@ -23,6 +23,7 @@ from redis.retry import Retry
 
 from streams.adapters.tax import (
     HttpTaxService,
+    InMemoryTaxService,
     RedisTaxCache,
     TaxRejected,
     TaxUnavailable,
@@ -439,3 +440,37 @@ def test_redis_down_slows_down_but_stays_correct(server: FakeTaxProcess) -> None
     for op, before in errors_before.items():
         assert metric("invoicing_tax_cache_errors_total", {"operation": op}) > before, op
     dead.close()
+
+
+# --------------------------------------------------------------------------- metrics and the in-memory fake
+
+
+def test_requests_are_counted_by_outcome(server: FakeTaxProcess) -> None:
+    def count(outcome: str) -> float:
+        return metric("invoicing_tax_requests_total", {"outcome": outcome})
+
+    before = {o: count(o) for o in ("ok", "replay", "retryable_status")}
+    server.admin.configure(fail_next=1)
+    key = new_key()
+    with HttpTaxService(settings_for(server.url)) as tax:
+        tax.calculate(idempotency_key=key, customer_id="c1", currency="USD", lines=lines())
+        tax.calculate(idempotency_key=key, customer_id="c1", currency="USD", lines=lines())
+    assert {o: count(o) - before[o] for o in before} == {
+        "ok": 1,
+        "replay": 1,
+        "retryable_status": 1,
+    }
+
+
+def test_in_memory_fake_can_be_told_to_fail() -> None:
+    fake = InMemoryTaxService()
+    fake.fail_next(1)
+    key = new_key()
+    with pytest.raises(TaxUnavailable):
+        fake.calculate(idempotency_key=key, customer_id="c1", currency="USD", lines=lines())
+    got = fake.calculate(idempotency_key=key, customer_id="c1", currency="USD", lines=lines())
+    assert got[0].tax == Decimal("1.50") * Decimal("0.065")
+    assert fake.outcomes(key) == ["error", "ok"]
+    fake.fail_next(1, TaxRejected("refused", status=422))
+    with pytest.raises(TaxRejected):
+        fake.calculate(idempotency_key=new_key(), customer_id="c1", currency="USD", lines=lines())
