@@ -39,18 +39,31 @@ def postgres_pool(settings: Settings, *, name: str = "invoicing", **kwargs: Any)
 
 
 def redis_client(settings: Settings) -> redis.Redis:
-    """A Redis client with the configured timeouts (no connection is made until used)."""
+    """A Redis client with the configured timeouts (no connection is made until used).
+
+    redis-py 8 retries 3 times with backoff by default; we retry once, at once, so
+    that a dead Redis costs one timeout per call (Redis down must slow the system
+    down, not stall it: callers treat a failure as a cache miss or a refused lease).
+    """
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
     return redis.Redis.from_url(
         settings.redis.url,
         socket_timeout=settings.redis.socket_timeout_s,
         socket_connect_timeout=settings.redis.socket_timeout_s,
         health_check_interval=30,
+        retry=Retry(NoBackoff(), 1),
     )
 
 
 def tax_service(settings: Settings, redis_conn: redis.Redis | None = None) -> HttpTaxService:
     """The HTTP tax client, with the Redis result/rate cache when ``redis_conn`` is given."""
-    cache = RedisTaxCache(redis_conn, ttl_s=settings.tax.cache_ttl_s) if redis_conn is not None else None
+    cache = (
+        RedisTaxCache(redis_conn, ttl_s=settings.tax.cache_ttl_s)
+        if redis_conn is not None
+        else None
+    )
     return HttpTaxService(settings.tax, cache=cache)
 
 

@@ -28,7 +28,11 @@ db_app = typer.Typer(help="Database schema.", no_args_is_help=True)
 topics_app = typer.Typer(help="Kafka topics of the registry.", no_args_is_help=True)
 app.add_typer(stack_app, name="stack")
 app.add_typer(db_app, name="db")
+connectors_app = typer.Typer(
+    help="Kafka Connect connectors (the Debezium outbox).", no_args_is_help=True
+)
 app.add_typer(topics_app, name="topics")
+app.add_typer(connectors_app, name="connectors")
 
 console = Console(stderr=True)
 out = Console()
@@ -160,6 +164,31 @@ def topics_create() -> None:
 
     created = ensure_topics(_settings().kafka)
     console.print(f"created: {', '.join(created)}" if created else "all topics exist")
+
+
+@connectors_app.command("apply")
+def connectors_apply() -> None:
+    """Register (or update) the Debezium outbox connector; a no-op when unchanged."""
+    from streams.adapters.connect import apply_outbox_connector
+
+    settings = _settings()
+    changed = apply_outbox_connector(settings, settings.stack.home)
+    console.print(
+        "outbox connector registered/updated" if changed else "outbox connector unchanged"
+    )
+
+
+@connectors_app.command("status")
+def connectors_status() -> None:
+    """The outbox connector's state and its tasks' states, from Connect's REST API."""
+    import json
+
+    from streams.adapters.connect import connector_status
+
+    status = connector_status(_settings())
+    out.print_json(json.dumps(status) if status else "null")
+    if not status or status["connector"]["state"] != "RUNNING":
+        raise typer.Exit(1)
 
 
 @topics_app.command("list")

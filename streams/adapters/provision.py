@@ -50,15 +50,16 @@ def provision_cluster(pg: PostgresSettings, socket_dir: Path) -> None:
             )
 
 
-def provision_publication(pg: PostgresSettings, socket_dir: Path) -> None:
+def provision_publication(pg: PostgresSettings) -> None:
     """After migrations: Debezium's publication on the outbox and its read grant.
 
-    Created ahead of time so the connector can use ``publication.autocreate.mode=disabled``
-    (the default ``all_tables`` mode needs a superuser).
+    Run as the application role, which owns the outbox table (so it may grant
+    on it and publish it) and the database (so it may create publications).
+    Created ahead of time so the connector can use
+    ``publication.autocreate.mode=disabled`` (the default ``all_tables`` mode
+    needs a superuser).
     """
-    with psycopg.connect(
-        host=str(socket_dir), port=pg.port, user="postgres", dbname=pg.database, autocommit=True
-    ) as conn:
+    with psycopg.connect(pg.dsn(), autocommit=True) as conn:
         conn.execute(
             sql.SQL("GRANT SELECT ON outbox TO {r}").format(r=sql.Identifier(pg.replication_user))
         )

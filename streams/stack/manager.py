@@ -196,7 +196,7 @@ class Stack:
             log=self.layout.log("postgres"),
         )
         migrate.upgrade(self.settings.postgres)
-        provision.provision_publication(self.settings.postgres, socket_dir)
+        provision.provision_publication(self.settings.postgres)
         created = ensure_topics(self.settings.kafka)
         if created:
             self.report(f"created topics: {', '.join(created)}")

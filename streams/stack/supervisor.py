@@ -107,37 +107,32 @@ def render_config(layout: Layout, programs: Sequence[Program]) -> str:
     return "\n".join(lines)
 
 
-class _UnixTransport(xmlrpc.client.Transport):
-    """XML-RPC over supervisord's unix socket (supervisor's own transport)."""
-
-    def __init__(self, socket_path: Path) -> None:
-        super().__init__()
-        from supervisor.xmlrpc import SupervisorTransport
-
-        self._inner = SupervisorTransport(None, None, serverurl=f"unix://{socket_path}")
-
-    def request(self, host: Any, handler: Any, request_body: Any, verbose: bool = False) -> Any:
-        return self._inner.request(host, handler, request_body, verbose)
-
-
 class Supervisor:
     """Control of the stack's supervisord: start it, and start/stop/signal programs."""
 
     def __init__(self, layout: Layout) -> None:
         self.layout = layout
 
-    def _proxy(self) -> Any:
-        proxy = xmlrpc.client.ServerProxy(
-            "http://127.0.0.1", transport=_UnixTransport(self.layout.supervisor_socket)
+    def _call(self, method: str, *args: Any) -> Any:
+        """One XML-RPC call over supervisord's unix socket (supervisor's own
+        transport), closing the connection afterwards."""
+        from supervisor.xmlrpc import SupervisorTransport
+
+        transport = SupervisorTransport(
+            None, None, serverurl=f"unix://{self.layout.supervisor_socket}"
         )
-        return proxy.supervisor
+        try:
+            proxy = xmlrpc.client.ServerProxy("http://127.0.0.1", transport=transport)
+            return getattr(proxy.supervisor, method)(*args)
+        finally:
+            transport.close()
 
     def running(self) -> bool:
         """Whether supervisord answers on its socket."""
         if not self.layout.supervisor_socket.exists():
             return False
         try:
-            state = self._proxy().getState()
+            state = self._call("getState")
         except (OSError, xmlrpc.client.Error):
             return False
         return cast(dict[str, Any], state).get("statename") == "RUNNING"
@@ -172,21 +167,20 @@ class Supervisor:
     def apply_config_changes(self) -> None:
         """Like ``supervisorctl update``: reload the config, re-add changed programs
         (a changed program is stopped and re-added, to be started again by ``up``)."""
-        proxy = self._proxy()
-        added, changed, removed = proxy.reloadConfig()[0]
+        added, changed, removed = self._call("reloadConfig")[0]
         for name in removed + changed:
             with contextlib.suppress(xmlrpc.client.Fault):
-                proxy.stopProcessGroup(name)
-            proxy.removeProcessGroup(name)
+                self._call("stopProcessGroup", name)
+            self._call("removeProcessGroup", name)
         for name in changed + added:
-            proxy.addProcessGroup(name)
+            self._call("addProcessGroup", name)
 
     def info(self, name: str) -> dict[str, Any]:
         """supervisord's process info for ``name`` (``statename``, ``pid``, …)."""
-        return cast(dict[str, Any], self._proxy().getProcessInfo(name))
+        return cast(dict[str, Any], self._call("getProcessInfo", name))
 
     def all_info(self) -> list[dict[str, Any]]:
-        return cast(list[dict[str, Any]], self._proxy().getAllProcessInfo())
+        return cast(list[dict[str, Any]], self._call("getAllProcessInfo"))
 
     def is_running(self, name: str) -> bool:
         try:
@@ -203,7 +197,7 @@ class Supervisor:
         if self.is_running(name):
             return
         try:
-            self._proxy().startProcess(name, True)
+            self._call("startProcess", name, True)
         except xmlrpc.client.Fault as exc:
             if "ALREADY_STARTED" in exc.faultString:
                 return
@@ -214,20 +208,20 @@ class Supervisor:
     def stop(self, name: str) -> None:
         """Stop ``name`` (graceful signal, then SIGKILL after its stopwaitsecs)."""
         try:
-            self._proxy().stopProcess(name, True)
+            self._call("stopProcess", name, True)
         except xmlrpc.client.Fault as exc:
             if "NOT_RUNNING" not in exc.faultString:
                 raise StackError(f"{name} failed to stop: {exc.faultString}") from exc
 
     def signal(self, name: str, signal_name: str) -> None:
         """Send ``signal_name`` (e.g. ``"STOP"``, ``"CONT"``, ``"KILL"``) to ``name``."""
-        self._proxy().signalProcess(name, signal_name)
+        self._call("signalProcess", name, signal_name)
 
     def shutdown(self, timeout_s: float = 120.0) -> None:
         """Stop every program, then supervisord itself; wait until its socket is gone."""
         try:
-            self._proxy().stopAllProcesses(True)
-            self._proxy().shutdown()
+            self._call("stopAllProcesses", True)
+            self._call("shutdown")
         except (OSError, xmlrpc.client.Error):
             return
         deadline = time.monotonic() + timeout_s

@@ -1,0 +1,55 @@
+# One command surface. `make help` lists the targets.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-$(shell sha256sum pyproject.toml | cut -c1-12)
+
+.PHONY: help setup up down status demo lint format typecheck test test-unit test-integration test-chaos clean
+
+help: ## List the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml scripts/setup.sh
+	bash scripts/setup.sh
+	rm -f $(VENV)/.installed-* && touch $@
+
+setup: $(STAMP) ## Debian packages, virtualenv and Python dependencies (idempotent)
+
+up: setup ## Start the local stack (Kafka, Connect+Debezium, PostgreSQL, Redis, SMTP sink, tax) and provision it
+	$(BIN)/invoicing stack up
+
+down: ## Stop the local stack (data is kept; `invoicing stack down --wipe` deletes it)
+	@if [ -x $(BIN)/invoicing ]; then $(BIN)/invoicing stack down; fi
+
+status: ## Show each service with port, pid and health
+	$(BIN)/invoicing stack status
+
+demo: up ## The main job on the bundled FOCUS sample: import, invoice, email, reconcile
+	$(BIN)/invoicing demo
+
+lint: setup ## ruff lint and format check
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: setup ## Apply ruff formatting and safe fixes
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+typecheck: setup ## mypy --strict on the package
+	$(BIN)/mypy
+
+test-unit: setup ## Unit tests only (no services)
+	$(BIN)/pytest tests/unit
+
+test-integration: up ## Integration tests against the real local stack
+	$(BIN)/pytest tests/integration
+
+test-chaos: up ## Fault-injection tests against the real local stack
+	$(BIN)/pytest tests/chaos
+
+test: up lint typecheck ## Everything CI runs: lint, types, unit, integration and chaos tests
+	$(BIN)/pytest tests/unit tests/integration tests/chaos
+
+clean: down ## Stop the stack and delete its data (keeps downloaded jars)
+	$(BIN)/invoicing stack down --wipe

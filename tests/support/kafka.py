@@ -1,0 +1,117 @@
+"""Test helpers for Kafka: an independent murmur2, topic creation, draining a topic."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+
+from confluent_kafka import Consumer, Message, TopicPartition
+
+from streams.adapters.kafka import ensure_topics
+from streams.settings import KafkaSettings
+from streams.topics import TopicSpec
+
+
+def murmur2(data: bytes) -> int:
+    """Kafka's ``Utils.murmur2`` (Java), ported independently of librdkafka for the test.
+
+    Returns the signed 32-bit hash as Java computes it.
+    """
+    length = len(data)
+    seed = 0x9747B28C
+    m = 0x5BD1E995
+    r = 24
+    h = (seed ^ length) & 0xFFFFFFFF
+    length4 = length // 4
+    for i in range(length4):
+        i4 = i * 4
+        k = (
+            (data[i4] & 0xFF)
+            + ((data[i4 + 1] & 0xFF) << 8)
+            + ((data[i4 + 2] & 0xFF) << 16)
+            + ((data[i4 + 3] & 0xFF) << 24)
+        )
+        k = (k * m) & 0xFFFFFFFF
+        k ^= k >> r
+        k = (k * m) & 0xFFFFFFFF
+        h = (h * m) & 0xFFFFFFFF
+        h ^= k
+    rest = length % 4
+    if rest == 3:
+        h ^= (data[(length & ~3) + 2] & 0xFF) << 16
+    if rest >= 2:
+        h ^= (data[(length & ~3) + 1] & 0xFF) << 8
+    if rest >= 1:
+        h ^= data[length & ~3] & 0xFF
+        h = (h * m) & 0xFFFFFFFF
+    h ^= h >> 13
+    h = (h * m) & 0xFFFFFFFF
+    h ^= h >> 15
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def java_partition(key: bytes, partitions: int) -> int:
+    """The partition Java's default partitioner picks for a keyed record:
+    ``Utils.toPositive(Utils.murmur2(key)) % numPartitions``."""
+    return (murmur2(key) & 0x7FFFFFFF) % partitions
+
+
+def make_topic(kafka: KafkaSettings, name: str, partitions: int = 12) -> str:
+    """Create a throwaway topic (idempotent) and return its name."""
+    ensure_topics(
+        kafka, (TopicSpec(name=name, partitions=partitions, key="test", description="test"),)
+    )
+    return name
+
+
+def drain(
+    kafka: KafkaSettings,
+    topic: str,
+    *,
+    expected: int | None = None,
+    timeout_s: float = 60.0,
+    idle_s: float = 3.0,
+) -> list[Message]:
+    """Read ``topic`` from the beginning of every partition (no group commits).
+
+    Stops when ``expected`` records were read, or after ``idle_s`` without records
+    once something was read, or at ``timeout_s``.
+    """
+    consumer = Consumer(
+        {
+            "bootstrap.servers": kafka.bootstrap_servers,
+            "group.id": f"drain-{topic}-{time.time_ns()}",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
+        }
+    )
+    try:
+        metadata = consumer.list_topics(topic, timeout=10)
+        parts = metadata.topics[topic].partitions
+        consumer.assign([TopicPartition(topic, p, 0) for p in parts])
+        out: list[Message] = []
+        deadline = time.monotonic() + timeout_s
+        last = time.monotonic()
+        while time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                if out and expected is None and time.monotonic() - last > idle_s:
+                    break
+                continue
+            if msg.error():
+                continue
+            out.append(msg)
+            last = time.monotonic()
+            if expected is not None and len(out) >= expected:
+                break
+        return out
+    finally:
+        consumer.close()
+
+
+def partitions_of(messages: Iterable[Message]) -> dict[bytes, set[int]]:
+    result: dict[bytes, set[int]] = {}
+    for msg in messages:
+        result.setdefault(msg.key() or b"", set()).add(msg.partition())
+    return result
