@@ -1,0 +1,102 @@
+"""SMTP transport of the email sender (stdlib :mod:`smtplib`), with the transient /
+permanent split of SMTP failures.
+
+One connection per message: the sender sends one email per invoice, the relay is
+local or near, and a fresh connection has no stale state to recover from (an idle
+connection the server closed, a half-finished transaction after a timeout).
+
+Classification (:func:`classify_smtp_error`), source RFC 5321 §4.2.1 (4yz =
+transient negative completion, 5yz = permanent):
+
+* **permanent** only when the refusal is about *this message*: a recipient
+  refused with 5xx (``SMTPRecipientsRefused``), the data refused with 5xx
+  (``SMTPDataError``), or a feature the message needs that the server lacks
+  (``SMTPNotSupportedError``, e.g. SMTPUTF8);
+* **transient** for everything else: connection refused/reset/timeout, a 4xx
+  reply, and refusals that would hit *every* email (5xx at connect or HELO, the
+  sender refused, authentication) — those are configuration faults; stalling
+  with an alert is better than marking a month of invoices as not emailed.
+"""
+
+from __future__ import annotations
+
+import smtplib
+from email.message import EmailMessage
+from typing import Protocol
+
+from streams.email.errors import EmailError, SmtpPermanentError, SmtpTransientError
+from streams.settings import SmtpSettings
+
+
+class MailTransport(Protocol):
+    """Sends one message. Raises :class:`SmtpTransientError` or :class:`SmtpPermanentError`."""
+
+    def send(self, message: EmailMessage, *, from_address: str, to_address: str) -> None: ...
+
+
+class SmtpTransport:
+    """Sends through the SMTP relay of ``smtp`` (host, port, per-operation ``timeout_s``),
+    without TLS or authentication (the local sink needs neither)."""
+
+    def __init__(self, smtp: SmtpSettings) -> None:
+        self._smtp = smtp
+
+    def send(self, message: EmailMessage, *, from_address: str, to_address: str) -> None:
+        """Deliver ``message`` to the relay with the given envelope addresses.
+
+        Raises:
+            SmtpTransientError: see the module docstring (retry later).
+            SmtpPermanentError: the relay refused this message for good (5xx).
+        """
+        try:
+            conn = smtplib.SMTP(self._smtp.host, self._smtp.port, timeout=self._smtp.timeout_s)
+        except (smtplib.SMTPException, OSError) as exc:
+            raise classify_smtp_error(exc) from exc
+        try:
+            conn.send_message(message, from_addr=from_address, to_addrs=[to_address])
+        except (smtplib.SMTPException, OSError) as exc:
+            raise classify_smtp_error(exc) from exc
+        finally:
+            # Once DATA was accepted the message is delivered: a failing QUIT must not
+            # turn that into a retry (which would send it twice).
+            try:
+                conn.quit()
+            except (smtplib.SMTPException, OSError):
+                conn.close()
+
+
+def _is_permanent(code: int) -> bool:
+    return 500 <= code <= 599
+
+
+def classify_smtp_error(exc: BaseException) -> EmailError:
+    """The :class:`SmtpTransientError` or :class:`SmtpPermanentError` for an ``smtplib``
+    or socket error (see the module docstring for the rule)."""
+    if isinstance(exc, smtplib.SMTPRecipientsRefused):
+        codes = [code for code, _ in exc.recipients.values()]
+        refusals = "; ".join(
+            f"{rcpt}: {code} {_text(resp)}" for rcpt, (code, resp) in exc.recipients.items()
+        )
+        if codes and any(_is_permanent(code) for code in codes):
+            return SmtpPermanentError(
+                f"smtp_rejected: recipient refused: {refusals}", code=max(codes)
+            )
+        return SmtpTransientError(f"recipient refused: {refusals}", code=max(codes, default=None))
+    if isinstance(exc, smtplib.SMTPDataError) and _is_permanent(exc.smtp_code):
+        return SmtpPermanentError(
+            f"smtp_rejected: data refused: {exc.smtp_code} {_text(exc.smtp_error)}",
+            code=exc.smtp_code,
+        )
+    if isinstance(exc, smtplib.SMTPNotSupportedError):
+        return SmtpPermanentError(f"smtp_rejected: not supported by the relay: {exc}", code=500)
+    if isinstance(exc, smtplib.SMTPResponseException):
+        return SmtpTransientError(
+            f"{type(exc).__name__}: {exc.smtp_code} {_text(exc.smtp_error)}", code=exc.smtp_code
+        )
+    return SmtpTransientError(f"{type(exc).__name__}: {exc}")
+
+
+def _text(value: bytes | str) -> str:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    return value
