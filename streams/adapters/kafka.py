@@ -21,7 +21,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaException, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from streams.settings import KafkaSettings
@@ -225,3 +225,48 @@ def group_metadata(consumer: Consumer) -> GroupMetadata:
     cgmd = consumer.consumer_group_metadata()
     raw = bytes(cgmd)
     return parse_group_metadata(raw)
+
+
+# --------------------------------------------------------------------------- records
+
+
+@dataclass(frozen=True)
+class Record:
+    """A consumed record as plain typed values (the boundary between librdkafka's
+    ``Message`` and our code). Headers keep their order; ``None`` values become b""."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes]]
+    timestamp_ms: int | None = None
+
+
+def record_of(msg: Message) -> Record:
+    """Convert a consumed (non-error) ``Message``.
+
+    Raises:
+        KafkaAdapterError: the message carries an error or no coordinates.
+    """
+    topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
+    if msg.error() is not None or topic is None or partition is None or offset is None:
+        raise KafkaAdapterError(f"not a consumed record: {msg.error()}")
+    raw_headers = msg.headers() or []
+    pairs = raw_headers.items() if isinstance(raw_headers, dict) else raw_headers
+    headers = [
+        (name, value.encode() if isinstance(value, str) else (value or b""))
+        for name, value in pairs
+    ]
+    key, value = msg.key(), msg.value()
+    ts_type, ts = msg.timestamp()
+    return Record(
+        topic=topic,
+        partition=partition,
+        offset=offset,
+        key=key.encode() if isinstance(key, str) else key,
+        value=value.encode() if isinstance(value, str) else value,
+        headers=headers,
+        timestamp_ms=ts if ts_type else None,
+    )

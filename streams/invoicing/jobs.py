@@ -1,0 +1,270 @@
+"""The invoice job: one close marker → at most one invoice revision, its lines and
+its outbox event, written in one fenced transaction.
+
+Runs off the poll thread (the worker pauses the marker's partition meanwhile).
+Three phases, and no database transaction stays open across the tax call
+(DESIGN "Ownership and fencing"):
+
+1. **read** (short read-only transaction): is there already a current invoice
+   for (customer, period)? is the customer held? the customer and the usage
+   lines that precede the marker on its partition;
+2. **tax**: one document per invoice (the client splits it into requests of at
+   most 1,000 lines), idempotency key ``<invoice id>:r<revision>`` — the invoice
+   id is deterministic, so a retry or a second owner reuses the same key and the
+   service answers the same tax (tax is never applied twice);
+3. **write** (one transaction): the fence check, a gapless invoice number,
+   ``INSERT … ON CONFLICT DO NOTHING`` of the invoice, its lines, the outbox row
+   (only when the invoice row was new) and the close record.
+
+The job never commits Kafka offsets: it returns a :class:`JobResult` and the
+poll thread commits (after this database commit) — see ``streams.invoicing.commit``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import Enum
+from typing import Any
+
+import psycopg
+from psycopg_pool import ConnectionPool
+
+from streams.adapters.tax import TaxRejected, TaxService, TaxUnavailable
+from streams.domain.errors import DomainError, InvoiceRuleViolation
+from streams.domain.events import InvoiceIssued, deterministic_id, invoice_id_for
+from streams.domain.invoice import compute_invoice
+from streams.invoicing import fencing, store
+from streams.invoicing.metrics import HOLDS, JOB_SECONDS
+
+log = logging.getLogger("streams.invoicing.jobs")
+
+#: CloudEvents ``source`` of events the invoicing workers publish.
+EVENT_SOURCE = "/invoicing/worker"
+
+
+class Outcome(Enum):
+    INVOICED = "invoiced"
+    ALREADY_INVOICED = "already_invoiced"
+    HELD = "held"
+    RETRY = "retry"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    FENCED = "fenced"
+
+
+@dataclass(frozen=True)
+class JobResult:
+    """What a job did, for the poll thread: commit the marker's offset unless RETRY,
+    FENCED or CANCELLED; FAILED means dead-letter the marker and hold the customer."""
+
+    marker: store.CloseMarker
+    token: fencing.FencingToken
+    outcome: Outcome
+    detail: str = ""
+    invoice_id: str | None = None
+    invoice_number: str | None = None
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class JobContext:
+    """What a job needs: the pool, the tax service, the invoice topic name."""
+
+    pool: ConnectionPool[Any]
+    tax: TaxService
+    invoices_topic: str
+
+
+def run_invoice_job(
+    ctx: JobContext, marker: store.CloseMarker, token: fencing.FencingToken, cancel: threading.Event
+) -> JobResult:
+    """Build, tax and write the invoice of ``marker`` under ``token``. Never raises:
+    every outcome is a :class:`JobResult` (transient errors → RETRY)."""
+    started = time.monotonic()
+    try:
+        result = _run(ctx, marker, token, cancel)
+    except fencing.Fenced as exc:
+        result = JobResult(marker, token, Outcome.FENCED, str(exc))
+    except (
+        TaxUnavailable,
+        psycopg.OperationalError,
+        psycopg.errors.SerializationFailure,
+        psycopg.errors.DeadlockDetected,
+    ) as exc:
+        result = JobResult(marker, token, Outcome.RETRY, f"{type(exc).__name__}: {exc}")
+    except (TaxRejected, DomainError) as exc:
+        result = JobResult(marker, token, Outcome.FAILED, f"{type(exc).__name__}: {exc}")
+    except Exception as exc:  # an unexpected bug: retry (bounded by the operator), never drop
+        log.exception(
+            "invoice job for %s %s failed unexpectedly", marker.customer_id, marker.billing_period
+        )
+        result = JobResult(marker, token, Outcome.RETRY, f"unexpected {type(exc).__name__}: {exc}")
+    seconds = time.monotonic() - started
+    JOB_SECONDS.observe(seconds)
+    return JobResult(
+        result.marker,
+        result.token,
+        result.outcome,
+        result.detail,
+        result.invoice_id,
+        result.invoice_number,
+        seconds,
+    )
+
+
+def _record_close(
+    ctx: JobContext,
+    marker: store.CloseMarker,
+    token: fencing.FencingToken,
+    outcome: str,
+    invoice_id: str | None,
+) -> None:
+    with ctx.pool.connection() as conn, conn.transaction():
+        fencing.check(conn, token)
+        store.record_close(conn, marker, outcome, invoice_id)
+
+
+def _run(
+    ctx: JobContext, marker: store.CloseMarker, token: fencing.FencingToken, cancel: threading.Event
+) -> JobResult:
+    customer_id, period = marker.customer_id, marker.billing_period
+    # 1. read
+    with ctx.pool.connection() as conn, conn.transaction():
+        existing = store.current_invoice(conn, customer_id, period)
+        holds = [] if existing else store.open_holds(conn, customer_id, period)
+        customer = store.get_customer(conn, customer_id)
+        lines = store.usage_before(
+            conn,
+            customer_id,
+            period,
+            marker.source.topic,
+            marker.source.partition,
+            marker.source.offset,
+        )
+    if existing is not None:
+        _record_close(ctx, marker, token, "already_invoiced", existing.invoice_id)
+        return JobResult(
+            marker,
+            token,
+            Outcome.ALREADY_INVOICED,
+            f"{existing.invoice_number} exists",
+            existing.invoice_id,
+            existing.invoice_number,
+        )
+    if holds:
+        _record_close(ctx, marker, token, "held", None)
+        HOLDS.inc()
+        reasons = "; ".join(
+            f"#{h.hold_id} {h.reason} ({h.source_topic}[{h.source_partition}]@{h.source_offset})"
+            for h in holds
+        )
+        log.warning("invoice of %s for %s held: %s", customer_id, period, reasons)
+        return JobResult(marker, token, Outcome.HELD, reasons)
+    if customer is None:
+        raise InvoiceRuleViolation(
+            f"customer {customer_id!r} has no customer.upserted before its close marker"
+        )
+
+    revision = 1
+    invoice_id = invoice_id_for(customer_id, period, revision)
+    if cancel.is_set():
+        return JobResult(marker, token, Outcome.CANCELLED, "cancelled before the tax call")
+    # 2. tax, with no transaction open
+    taxed = ctx.tax.calculate(
+        idempotency_key=f"{invoice_id}:r{revision}",
+        customer_id=customer_id,
+        currency=customer.currency,
+        lines=[line.tax_line() for line in lines],
+    )
+    totals = compute_invoice(lines, taxed, currency=customer.currency)
+    if cancel.is_set():
+        return JobResult(marker, token, Outcome.CANCELLED, "cancelled after the tax call")
+    draft = store.InvoiceDraft(
+        invoice_id=invoice_id,
+        revision=revision,
+        customer=customer,
+        billing_period=period,
+        totals=totals,
+        lines=tuple(lines),
+        taxed=tuple(taxed),
+        marker=marker,
+    )
+    # 3. write
+    issued_at = datetime.now(UTC)
+    inserted = False
+    with ctx.pool.connection() as conn, conn.transaction():
+        fencing.check(conn, token)
+        number = store.invoice_number(period, store.next_number(conn, f"INV-{period}"))
+        inserted = store.insert_invoice(
+            conn,
+            draft,
+            number=number,
+            fence=(token.group_id, token.generation, token.member_id),
+            lease_fencing_token=marker.lease_fencing_token,
+            issued_at=issued_at,
+        )
+        if not inserted:
+            # Someone (a previous owner, a redelivery) wrote it: give the number back.
+            raise psycopg.Rollback()
+        event = invoice_issued(draft, number, issued_at)
+        store.insert_outbox(
+            conn,
+            event_id=deterministic_id("outbox", "invoice.issued", invoice_id),
+            topic=ctx.invoices_topic,
+            customer_id=customer_id,
+            event=event,
+            source=EVENT_SOURCE,
+            time=issued_at,
+            document_id=invoice_id,
+        )
+        store.record_close(conn, marker, "invoiced", invoice_id)
+    if not inserted:
+        with ctx.pool.connection() as conn:
+            existing = store.current_invoice(conn, customer_id, period)
+        _record_close(
+            ctx, marker, token, "already_invoiced", existing.invoice_id if existing else None
+        )
+        return JobResult(
+            marker,
+            token,
+            Outcome.ALREADY_INVOICED,
+            "written concurrently",
+            existing.invoice_id if existing else None,
+            existing.invoice_number if existing else None,
+        )
+    return JobResult(
+        marker,
+        token,
+        Outcome.INVOICED,
+        f"{totals.line_count} lines, total {totals.total}",
+        invoice_id,
+        number,
+    )
+
+
+def invoice_issued(draft: store.InvoiceDraft, number: str, issued_at: datetime) -> InvoiceIssued:
+    """The ``invoice.issued`` event of a draft (DESIGN §2 "Topics")."""
+    totals = draft.totals
+    return InvoiceIssued(
+        invoice_id=draft.invoice_id,
+        invoice_number=number,
+        revision=draft.revision,
+        customer_id=draft.customer.customer_id,
+        customer_name=draft.customer.name,
+        email=draft.customer.email,
+        billing_period=draft.billing_period,
+        currency=totals.currency,
+        line_count=totals.line_count,
+        subtotal=totals.subtotal,
+        tax_total=totals.tax_total,
+        total=totals.total,
+        taxes=totals.taxes,
+        largest_lines=totals.largest_lines,
+        issued_at=issued_at,
+        supersedes_invoice_id=draft.supersedes_invoice_id,
+        source=totals.source,
+    )

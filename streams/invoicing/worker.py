@@ -1,0 +1,649 @@
+"""The invoicing worker: a member of consumer group ``invoicing`` on ``billing.account-events.v1``.
+
+Per partition, records are handled in offset order:
+
+- ``customer.upserted`` and ``usage.recorded`` are stored in batches (one fenced
+  transaction per partition per poll, then the offset commit — the commit point
+  of :mod:`streams.invoicing.commit`); usage is deduplicated by event id, and
+  the same id with a different payload is dead-lettered as a conflict, never
+  overwritten;
+- a ``billing_period.closed`` marker first flushes what precedes it, then
+  **pauses** the partition and hands an invoice job to a thread pool
+  (:mod:`streams.invoicing.jobs`). The poll loop keeps polling — which keeps the
+  membership alive, the Kafka form of lease renewal — and when the job reports,
+  commits the marker's offset, seeks past it and resumes the partition;
+- an undecodable or invalid record goes to the dead-letter topic with its reason
+  and source coordinates, and its customer's invoice is **held** (a row in
+  ``invoice_holds``) so nobody is invoiced from partial data.
+
+Ownership: on assignment the worker parses its fencing token from
+``consumer_group_metadata()`` and claims each partition's fence row upward; on
+revoke or loss it cancels that partition's in-flight job (and counts "partition
+lost while a job was in flight"). Every write transaction checks the fence; a
+refused write drops the partition's work without committing offsets.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import signal
+import threading
+import time
+from collections import defaultdict
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from psycopg_pool import ConnectionPool
+
+from streams.adapters.kafka import Record, group_metadata, record_of
+from streams.adapters.tax import TaxService
+from streams.domain.codec import decode
+from streams.domain.errors import InvalidEvent
+from streams.domain.events import BillingPeriodClosed, CustomerUpserted, UsageRecorded
+from streams.domain.periods import PERIOD_PATTERN
+from streams.invoicing import fencing, store
+from streams.invoicing.commit import commit_offsets, write_fenced
+from streams.invoicing.dlq import DeadLetterError, DeadLetters
+from streams.invoicing.jobs import JobContext, JobResult, Outcome, run_invoice_job
+from streams.invoicing.metrics import (
+    CLAIMS_REFUSED,
+    FENCING_REFUSALS,
+    HOLDS,
+    INVOICES,
+    JOBS_IN_FLIGHT,
+    OWNED_PARTITIONS,
+    PARTITIONS_LOST_WITH_JOB,
+    RECORDS,
+)
+from streams.settings import Settings
+
+log = logging.getLogger("streams.invoicing.worker")
+
+ACCOUNT_EVENT_TYPES = (CustomerUpserted, UsageRecorded, BillingPeriodClosed)
+_PERIOD_RE = re.compile(PERIOD_PATTERN)
+
+
+@dataclass
+class _Job:
+    marker: store.CloseMarker
+    token: fencing.FencingToken
+    cancel: threading.Event
+    future: Future[JobResult]
+
+
+@dataclass
+class _Batch:
+    """Effects of a run of records of one partition, written in one transaction."""
+
+    customers: list[tuple[str, CustomerUpserted, store.SourceCoordinates]] = field(
+        default_factory=list
+    )
+    usage: list[store.UsageRecord] = field(default_factory=list)
+    holds: list[dict[str, Any]] = field(default_factory=list)
+    messages: list[Record] = field(default_factory=list)
+
+
+class InvoicingWorker:
+    """One member of the invoicing consumer group. ``run()`` polls until ``stop`` is set.
+
+    Args:
+        settings: the settings (topics from ``kafka.topic_prefix``; group from
+            ``worker.invoicing_group``).
+        pool: PostgreSQL pool of the application role.
+        tax: the tax service.
+        consumer / producer: Kafka clients (built from settings when None).
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        pool: ConnectionPool[Any],
+        tax: TaxService,
+        consumer: Consumer | None = None,
+        producer: Producer | None = None,
+        stop: threading.Event | None = None,
+        retry_backoff_s: float = 2.0,
+    ) -> None:
+        from streams import bootstrap
+
+        prefix = settings.kafka.topic_prefix
+        self.settings = settings
+        self.group_id = settings.worker.invoicing_group
+        self.topic = prefix + "billing.account-events.v1"
+        self.invoices_topic = prefix + "billing.invoices.v1"
+        self.pool = pool
+        self.consumer = consumer or bootstrap.consumer(settings, self.group_id)
+        self.producer = producer or bootstrap.producer(settings)
+        self.dead_letters = DeadLetters(
+            self.producer, prefix + "billing.account-events.dlq.v1", self.group_id
+        )
+        self.jobs_ctx = JobContext(pool=pool, tax=tax, invoices_topic=self.invoices_topic)
+        self.executor = ThreadPoolExecutor(
+            max_workers=settings.worker.max_jobs, thread_name_prefix="invoice-job"
+        )
+        self.stop = stop or threading.Event()
+        self.retry_backoff_s = retry_backoff_s
+        #: partition → the token we claimed it under (only claimed partitions are processed)
+        self.owned: dict[int, fencing.FencingToken] = {}
+        #: partition → its in-flight invoice job (the partition is paused meanwhile)
+        self.jobs: dict[int, _Job] = {}
+        #: partition → monotonic time before which it stays paused (after a transient error)
+        self.backoff: dict[int, float] = {}
+        #: partitions assigned but not (yet) claimed: paused, claim retried
+        self.unclaimed: set[int] = set()
+        #: partition → token whose claim failed on a database error (retried each poll)
+        self._pending_tokens: dict[int, fencing.FencingToken] = {}
+        #: partition → offset to seek to when it resumes (records skipped while paused)
+        self.rewind: dict[int, int] = {}
+        self.stats: dict[str, int] = defaultdict(int)
+
+    # ------------------------------------------------------------------ rebalance callbacks
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if not partitions:
+            return
+        gm = group_metadata(consumer)
+        for tp in partitions:
+            token = fencing.FencingToken(
+                self.group_id, tp.topic, tp.partition, gm.generation_id, gm.member_id
+            )
+            self._claim(token)
+        OWNED_PARTITIONS.set(len(self.owned))
+
+    def _claim(self, token: fencing.FencingToken) -> None:
+        try:
+            with self.pool.connection() as conn:
+                fencing.claim(conn, token)
+        except fencing.ClaimRefused as exc:
+            CLAIMS_REFUSED.inc()
+            self.stats["claims_refused"] += 1
+            log.error(
+                "ALERT fence claim refused: %s; partition left unprocessed "
+                "(if the group was reset, run `invoicing fences reset %s`)",
+                exc,
+                token.group_id,
+            )
+            self.unclaimed.add(token.partition)
+            return
+        except psycopg.Error as exc:
+            log.warning("fence claim of partition %s failed (%s); will retry", token.partition, exc)
+            self.unclaimed.add(token.partition)
+            self._pending_tokens[token.partition] = token
+            return
+        self.unclaimed.discard(token.partition)
+        self._pending_tokens.pop(token.partition, None)
+        self.owned[token.partition] = token
+        log.info(
+            "claimed %s[%s] at generation %s as %s",
+            token.topic,
+            token.partition,
+            token.generation,
+            token.member_id,
+        )
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._release(partitions, "revoked")
+
+    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._release(partitions, "lost")
+
+    def _release(self, partitions: list[TopicPartition], how: str) -> None:
+        for tp in partitions:
+            job = self.jobs.pop(tp.partition, None)
+            if job is not None:
+                job.cancel.set()
+                PARTITIONS_LOST_WITH_JOB.labels(how).inc()
+                self.stats["partitions_lost_with_job"] += 1
+                log.error(
+                    "partition lost while a job was in flight: %s[%s] %s (invoice job for %s %s cancelled)",
+                    tp.topic,
+                    tp.partition,
+                    how,
+                    job.marker.customer_id,
+                    job.marker.billing_period,
+                )
+            self.owned.pop(tp.partition, None)
+            self.backoff.pop(tp.partition, None)
+            self.unclaimed.discard(tp.partition)
+            self._pending_tokens.pop(tp.partition, None)
+            self.rewind.pop(tp.partition, None)
+        OWNED_PARTITIONS.set(len(self.owned))
+
+    # ------------------------------------------------------------------ main loop
+
+    def run(self) -> None:
+        """Subscribe and poll until ``stop`` is set; then finish, commit and leave the group."""
+        self.consumer.subscribe(
+            [self.topic],
+            on_assign=self._on_assign,
+            on_revoke=self._on_revoke,
+            on_lost=self._on_lost,
+        )
+        log.info("invoicing worker polling %s as group %s", self.topic, self.group_id)
+        try:
+            while not self.stop.is_set():
+                self.poll_once()
+        finally:
+            self._shutdown()
+
+    def poll_once(self, timeout_s: float = 0.5) -> None:
+        """One iteration: job results, pending claims and backoffs, then one poll."""
+        self._collect_jobs()
+        self._retry_claims()
+        self._end_backoffs()
+        messages = self.consumer.consume(
+            num_messages=self.settings.worker.batch_size, timeout=timeout_s
+        )
+        by_partition: dict[int, list[Record]] = defaultdict(list)
+        for msg in messages:
+            err = msg.error()
+            if err is not None:
+                log.warning("consumer error: %s", err)
+                continue
+            record = record_of(msg)
+            by_partition[record.partition].append(record)
+        for partition, msgs in by_partition.items():
+            self._handle_partition(partition, msgs)
+
+    def _pause(self, partition: int, rewind_to: int | None) -> None:
+        """Pause ``partition``; when it resumes it restarts at the lowest ``rewind_to`` given
+        (records fetched while it is paused are dropped, never skipped)."""
+        if rewind_to is not None:
+            self.rewind[partition] = min(self.rewind.get(partition, rewind_to), rewind_to)
+        try:
+            self.consumer.pause([TopicPartition(self.topic, partition)])
+        except KafkaException as exc:  # not assigned any more: nothing to pause
+            log.debug("pause of partition %s failed: %s", partition, exc)
+
+    def _resume(self, partition: int, at_offset: int | None = None) -> None:
+        """Resume ``partition`` at ``at_offset`` (else at its rewind offset, if any)."""
+        rewind = self.rewind.pop(partition, None)
+        offset = at_offset if at_offset is not None else rewind
+        try:
+            if offset is not None:
+                self.consumer.seek(TopicPartition(self.topic, partition, offset))
+            self.consumer.resume([TopicPartition(self.topic, partition)])
+        except KafkaException as exc:
+            log.debug("seek/resume of partition %s failed: %s", partition, exc)
+
+    def _retry_claims(self) -> None:
+        for partition, token in list(self._pending_tokens.items()):
+            self._claim(token)
+            if partition in self.owned:
+                self._resume(partition)
+
+    def _end_backoffs(self) -> None:
+        now = time.monotonic()
+        for partition, until in list(self.backoff.items()):
+            if now >= until:
+                del self.backoff[partition]
+                if partition in self.owned and partition not in self.jobs:
+                    self._resume(partition)
+
+    # ------------------------------------------------------------------ records
+
+    def _handle_partition(self, partition: int, msgs: list[Record]) -> None:
+        token = self.owned.get(partition)
+        if token is None or partition in self.jobs or partition in self.backoff:
+            # Not ours to process now. A claim pending: pause and restart here once
+            # claimed. A job or a backoff: its end seeks explicitly. Fenced or
+            # revoked: not ours at all.
+            if partition in self.unclaimed or partition in self._pending_tokens:
+                self._pause(partition, msgs[0].offset)
+            return
+        batch = _Batch()
+        for msg in msgs:
+            source = store.SourceCoordinates(msg.topic, msg.partition, msg.offset)
+            try:
+                envelope = decode(msg.key, msg.value, msg.headers, allowed=ACCOUNT_EVENT_TYPES)
+            except InvalidEvent as exc:
+                if not self._dead_letter_invalid(batch, msg, source, exc.reason):
+                    self._flush_failed(partition, msgs[0].offset, "dead-letter publish failed")
+                    return
+                batch.messages.append(msg)
+                continue
+            data = envelope.data
+            if isinstance(data, CustomerUpserted):
+                batch.customers.append((envelope.id, data, source))
+            elif isinstance(data, UsageRecorded):
+                batch.usage.append(store.UsageRecord(envelope.id, data, source))
+            elif isinstance(data, BillingPeriodClosed):
+                if not self._flush(partition, token, batch, next_offset=msg.offset):
+                    return
+                marker = store.CloseMarker(
+                    envelope.id,
+                    data.customer_id,
+                    data.billing_period,
+                    data.reason,
+                    source,
+                    data.lease_fencing_token,
+                )
+                self._start_job(partition, token, marker)
+                RECORDS.labels("billing_period.closed", "job_started").inc()
+                return  # later records are fetched again after the job (it seeks past the marker)
+            batch.messages.append(msg)
+        if batch.messages:
+            self._flush(partition, token, batch, next_offset=msgs[-1].offset + 1)
+
+    def _dead_letter_invalid(
+        self, batch: _Batch, msg: Record, source: store.SourceCoordinates, reason: str
+    ) -> bool:
+        try:
+            self.dead_letters.publish(
+                key=msg.key,
+                value=msg.value,
+                headers=msg.headers,
+                source_topic=source.topic,
+                source_partition=source.partition,
+                source_offset=source.offset,
+                kind="invalid",
+                reason=reason,
+            )
+        except DeadLetterError as exc:
+            log.warning("%s", exc)
+            return False
+        RECORDS.labels("invalid", "dead_lettered").inc()
+        self.stats["dead_lettered"] += 1
+        log.warning(
+            "dead-lettered %s[%s]@%s: %s", source.topic, source.partition, source.offset, reason
+        )
+        customer = _customer_of(msg)
+        if customer is not None:
+            batch.holds.append(
+                {
+                    "customer_id": customer,
+                    "billing_period": _period_of(msg),
+                    "reason": f"dead-lettered: {reason}",
+                    "event_id": _header(msg, "ce_id"),
+                    "source": source,
+                }
+            )
+        return True
+
+    def _flush(
+        self, partition: int, token: fencing.FencingToken, batch: _Batch, *, next_offset: int
+    ) -> bool:
+        """Write the batch (fenced) and commit ``next_offset``. False when it failed
+        (the partition is rewound, paused or dropped accordingly)."""
+        if not batch.messages:
+            return True
+        first_offset = batch.messages[0].offset
+
+        def work(conn: Any) -> list[store.UsageConflict]:
+            for event_id, data, source in batch.customers:
+                store.upsert_customer(conn, event_id, data, source)
+            conflicts = store.insert_usage(conn, batch.usage)
+            for conflict in conflicts:
+                record = conflict.record
+                reason = (
+                    f"event id {record.event_id} already recorded with a different payload "
+                    f"(stored from {conflict.stored_source.topic}[{conflict.stored_source.partition}]"
+                    f"@{conflict.stored_source.offset}); the stored line is kept"
+                )
+                self._publish_conflict(record, reason)
+                batch.holds.append(
+                    {
+                        "customer_id": record.data.customer_id,
+                        "billing_period": record.data.billing_period,
+                        "reason": reason,
+                        "event_id": record.event_id,
+                        "source": record.source,
+                    }
+                )
+            for hold in batch.holds:
+                store.record_hold(conn, **hold)
+            return conflicts
+
+        try:
+            conflicts = write_fenced(self.pool, token, work)
+        except fencing.Fenced as exc:
+            self._fenced(partition, "records", exc)
+            return False
+        except (psycopg.Error, DeadLetterError) as exc:
+            log.warning(
+                "writing %s records of partition %s failed (%s); retrying",
+                len(batch.messages),
+                partition,
+                exc,
+            )
+            self._flush_failed(partition, first_offset, str(exc))
+            return False
+        if batch.holds:
+            HOLDS.inc(len(batch.holds))
+        RECORDS.labels("usage.recorded", "stored").inc(len(batch.usage) - len(conflicts))
+        RECORDS.labels("customer.upserted", "stored").inc(len(batch.customers))
+        self.stats["usage_stored"] += len(batch.usage) - len(conflicts)
+        commit_offsets(self.consumer, [TopicPartition(self.topic, partition, next_offset)])
+        return True
+
+    def _publish_conflict(self, record: store.UsageRecord, reason: str) -> None:
+        from streams.domain.codec import encode
+        from streams.domain.events import Envelope
+
+        encoded = encode(
+            Envelope.wrap(record.data, id=record.event_id, source="/invoicing/worker/conflict")
+        )
+        self.dead_letters.publish(
+            key=encoded.key,
+            value=encoded.value,
+            headers=encoded.headers,
+            source_topic=record.source.topic,
+            source_partition=record.source.partition,
+            source_offset=record.source.offset,
+            kind="conflict",
+            reason=reason,
+        )
+        RECORDS.labels("usage.recorded", "conflict").inc()
+        self.stats["conflicts"] += 1
+        log.warning("usage conflict dead-lettered: %s", reason)
+
+    def _flush_failed(self, partition: int, rewind_to: int, reason: str) -> None:
+        self.backoff[partition] = time.monotonic() + self.retry_backoff_s
+        self._pause(partition, rewind_to)
+
+    def _fenced(self, partition: int, stage: str, exc: fencing.Fenced) -> None:
+        FENCING_REFUSALS.labels(stage).inc()
+        self.stats["fencing_refusals"] += 1
+        log.error(
+            "write refused by fencing on partition %s (%s): %s; dropping its work",
+            partition,
+            stage,
+            exc,
+        )
+        self.owned.pop(partition, None)
+        self._pause(partition, None)
+
+    # ------------------------------------------------------------------ invoice jobs
+
+    def _start_job(
+        self, partition: int, token: fencing.FencingToken, marker: store.CloseMarker
+    ) -> None:
+        self._pause(partition, None)
+        cancel = threading.Event()
+        future = self.executor.submit(run_invoice_job, self.jobs_ctx, marker, token, cancel)
+        self.jobs[partition] = _Job(marker, token, cancel, future)
+        JOBS_IN_FLIGHT.set(len(self.jobs))
+
+    def _collect_jobs(self) -> None:
+        for partition, job in list(self.jobs.items()):
+            if not job.future.done():
+                continue
+            del self.jobs[partition]
+            JOBS_IN_FLIGHT.set(len(self.jobs))
+            self._job_done(partition, job.future.result())
+
+    def _job_done(self, partition: int, result: JobResult) -> None:
+        marker = result.marker
+        INVOICES.labels(result.outcome.value).inc()
+        self.stats[f"invoice_{result.outcome.value}"] += 1
+        still_ours = self.owned.get(partition) == result.token
+        if result.outcome is Outcome.FENCED:
+            self._fenced(partition, "invoice", fencing.Fenced(result.token, None))
+            return
+        if not still_ours:
+            return
+        if result.outcome in (Outcome.RETRY, Outcome.CANCELLED):
+            log.warning(
+                "invoice of %s %s will be retried: %s",
+                marker.customer_id,
+                marker.billing_period,
+                result.detail,
+            )
+            self.backoff[partition] = time.monotonic() + self.retry_backoff_s
+            self.rewind[partition] = marker.source.offset
+            return
+        if result.outcome is Outcome.FAILED and not self._reject_marker(partition, result):
+            return
+        if result.outcome is Outcome.INVOICED:
+            log.info(
+                "invoiced %s %s: %s %s (%.2fs)",
+                marker.customer_id,
+                marker.billing_period,
+                result.invoice_number,
+                result.detail,
+                result.seconds,
+            )
+        commit_offsets(
+            self.consumer, [TopicPartition(self.topic, partition, marker.source.offset + 1)]
+        )
+        self.rewind.pop(partition, None)
+        self._resume(partition, marker.source.offset + 1)
+
+    def _reject_marker(self, partition: int, result: JobResult) -> bool:
+        """A permanent failure: dead-letter the marker, hold the customer's period."""
+        marker = result.marker
+        reason = f"invoice refused: {result.detail}"
+        try:
+            self.dead_letters.publish(
+                key=marker.customer_id.encode(),
+                value=json.dumps(
+                    {
+                        "customer_id": marker.customer_id,
+                        "billing_period": marker.billing_period,
+                        "close_event_id": marker.event_id,
+                    }
+                ).encode(),
+                headers=[
+                    ("ce_id", marker.event_id.encode()),
+                    ("ce_type", b"billing_period.closed"),
+                ],
+                source_topic=marker.source.topic,
+                source_partition=marker.source.partition,
+                source_offset=marker.source.offset,
+                kind="rejected",
+                reason=reason,
+            )
+
+            def work(conn: Any) -> None:
+                store.record_hold(
+                    conn,
+                    customer_id=marker.customer_id,
+                    billing_period=marker.billing_period,
+                    reason=reason,
+                    event_id=marker.event_id,
+                    source=marker.source,
+                )
+                store.record_close(conn, marker, "held", None)
+
+            write_fenced(self.pool, result.token, work)
+        except fencing.Fenced as exc:
+            self._fenced(partition, "invoice", exc)
+            return False
+        except (psycopg.Error, DeadLetterError) as exc:
+            log.warning(
+                "recording the refused invoice of %s failed (%s); retrying", marker.customer_id, exc
+            )
+            self.backoff[partition] = time.monotonic() + self.retry_backoff_s
+            self.rewind[partition] = marker.source.offset
+            return False
+        HOLDS.inc()
+        log.error(
+            "invoice of %s %s refused and held: %s",
+            marker.customer_id,
+            marker.billing_period,
+            reason,
+        )
+        return True
+
+    # ------------------------------------------------------------------ shutdown
+
+    def _shutdown(self) -> None:
+        deadline = time.monotonic() + 30
+        while self.jobs and time.monotonic() < deadline:
+            self._collect_jobs()
+            time.sleep(0.05)
+        for job in self.jobs.values():
+            job.cancel.set()
+        self.executor.shutdown(wait=True, cancel_futures=True)
+        self._collect_jobs()
+        try:
+            self.consumer.close()
+        except (KafkaException, RuntimeError) as exc:
+            log.warning("closing the consumer: %s", exc)
+        self.producer.flush(10)
+        log.info("invoicing worker stopped: %s", dict(self.stats))
+
+
+def _header(msg: Record, name: str) -> str | None:
+    for key, value in msg.headers:
+        if key == name:
+            try:
+                return value.decode()
+            except UnicodeDecodeError:
+                return None
+    return None
+
+
+def _customer_of(msg: Record) -> str | None:
+    """The customer a bad record belongs to: its key, if it is text."""
+    if not msg.key:
+        return None
+    try:
+        text = msg.key.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    return text if 0 < len(text) <= 128 else None
+
+
+def _period_of(msg: Record) -> str | None:
+    """The billing period a bad record names, if its value is JSON with a valid one
+    (then only that period is held; otherwise every period of the customer)."""
+    try:
+        payload = json.loads(msg.value or b"")
+    except (ValueError, UnicodeDecodeError):
+        return None
+    period = payload.get("billing_period") if isinstance(payload, dict) else None
+    return period if isinstance(period, str) and _PERIOD_RE.match(period) else None
+
+
+def run_invoicing_worker(
+    settings: Settings, *, stop: threading.Event | None = None, install_signal_handlers: bool = True
+) -> dict[str, int]:
+    """Build a worker from settings (composition root), run it until stopped, return its stats."""
+    from streams import bootstrap
+
+    stop = stop or threading.Event()
+    if install_signal_handlers:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+    pool = bootstrap.postgres_pool(
+        settings,
+        name="invoicing-worker",
+        max_size=max(settings.postgres.pool_max_size, settings.worker.max_jobs + 2),
+    )
+    redis_conn = bootstrap.redis_client(settings)
+    tax = bootstrap.tax_service(settings, redis_conn)
+    try:
+        worker = InvoicingWorker(settings, pool=pool, tax=tax, stop=stop)
+        worker.run()
+        return dict(worker.stats)
+    finally:
+        tax.close()
+        redis_conn.close()
+        pool.close()
