@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from streams.settings import Settings
+from streams.worker_cli import worker_app
 
 app = typer.Typer(
     help="Invoicing pipeline: usage events in, one invoice and one email out.",
@@ -32,6 +33,7 @@ connectors_app = typer.Typer(
     help="Kafka Connect connectors (the Debezium outbox).", no_args_is_help=True
 )
 app.add_typer(topics_app, name="topics")
+app.add_typer(worker_app, name="worker")
 app.add_typer(connectors_app, name="connectors")
 
 console = Console(stderr=True)

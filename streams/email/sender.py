@@ -1,0 +1,592 @@
+"""The email sender: a member of the consumer group ``settings.worker.email_group`` on
+``{topic_prefix}billing.invoices.v1`` that emails every issued invoice and credit note
+once (DESIGN "Email", invariants 2 and 6).
+
+Per record (:meth:`EmailSender.process`):
+
+1. decode the CloudEvents binary-mode record
+   (``allowed=(InvoiceIssued, CreditNoteIssued, InvoiceVoided)``);
+   an **undecodable record** is logged at ERROR with its coordinates, counted
+   (``invoicing_email_invalid_records_total``) and skipped: its offset is committed.
+   The topic is written only by our own outbox, so a bad record is a bug of its
+   producer, fixed there and republished; the record itself stays in the topic
+   (retention: forever), so the logged coordinates are enough to re-read it;
+2. ``invoice.voided`` → no email (counted as ignored);
+3. a total that rounds to zero → no email; the row is recorded ``'skipped'`` with
+   ``skip_reason='zero_total'`` (auditable, counted). Emails are sent exactly for
+   documents whose total is not zero;
+4. otherwise: claim the ``email_deliveries`` row (``'sending'``), send through SMTP
+   under the row lock, mark ``'sent'`` — see :mod:`streams.email.store`. A
+   duplicate event (same event id, or the same document under a new event id) is
+   a no-op. A row still ``'sending'`` (a crash between send and mark) is
+   **resumed**: the email is sent again with the same ``Message-ID`` and
+   ``attempts`` grows — at-least-once, recognisable by ``Message-ID`` at the
+   receiver. No scan at start-up is needed: since the offset is committed only
+   after the mark, such a row's record is always redelivered.
+
+Failures:
+
+* transient (SMTP unreachable or 4xx, database unavailable) → retried with
+  exponential backoff and jitter (tenacity) for at most a quarter of
+  ``max.poll.interval.ms``; then the consumer seeks back to the record, keeps
+  polling (so the group membership stays alive) and tries again. The offset is
+  never committed past an email that was not sent;
+* permanent (a 5xx refusal of this recipient or message, a document that cannot
+  be rendered) → the row is marked ``'skipped'`` with ``skip_reason``
+  ``smtp_rejected: …`` / ``render_failed: …``, an ERROR log line, a metric; the
+  offset is committed. No new status is needed, so the schema is unchanged.
+
+Commit order: :meth:`EmailSender.handle` — the row is final in PostgreSQL, then
+the offset is committed to Kafka synchronously.
+
+Metrics (prometheus_client, default registry), all counters:
+``invoicing_email_sent_total{document_type}``,
+``invoicing_email_skipped_total{reason}`` (``zero_total``, ``smtp_rejected``, ``render_failed``),
+``invoicing_email_duplicates_total{matched}`` (``event_id``, ``document``),
+``invoicing_email_failures_total{kind}`` (``transient`` per failed attempt, ``permanent``),
+``invoicing_email_resumed_total`` (deliveries resumed from a ``'sending'`` row),
+``invoicing_email_invalid_records_total``, ``invoicing_email_ignored_total{type}``.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from email.errors import HeaderParseError
+from email.headerregistry import Address
+from email.message import EmailMessage
+from enum import StrEnum
+from types import FrameType
+from typing import Any, Literal
+
+from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
+from prometheus_client import Counter, start_http_server
+from psycopg_pool import ConnectionPool
+from tenacity import (
+    RetryCallState,
+    Retrying,
+    retry_if_exception_type,
+    stop_after_delay,
+    stop_when_event_set,
+    wait_exponential_jitter,
+)
+
+from streams.domain.codec import decode
+from streams.domain.errors import InvalidEvent
+from streams.domain.events import CreditNoteIssued, InvoiceIssued, InvoiceVoided
+from streams.email.errors import (
+    EmailConfigurationError,
+    RenderError,
+    TransientEmailError,
+)
+from streams.email.render import (
+    MESSAGE_ID_DOMAIN,
+    document_ref,
+    is_zero_total,
+    render_email,
+)
+from streams.email.store import (
+    Claim,
+    ClaimKind,
+    DeliverOutcome,
+    DeliveryStore,
+    NewDelivery,
+)
+from streams.email.transport import MailTransport, SmtpTransport
+from streams.settings import Settings
+from streams.topics import INVOICES
+
+logger = logging.getLogger("streams.email.sender")
+
+#: The event types this topic may carry (the codec refuses others).
+ALLOWED_TYPES = (InvoiceIssued, CreditNoteIssued, InvoiceVoided)
+
+EMAILS_SENT = Counter(
+    "invoicing_email_sent_total", "Emails handed to the SMTP relay.", ["document_type"]
+)
+EMAILS_SKIPPED = Counter(
+    "invoicing_email_skipped_total",
+    "Documents recorded as not emailed (status 'skipped').",
+    ["reason"],
+)
+EMAIL_DUPLICATES = Counter(
+    "invoicing_email_duplicates_total",
+    "Records absorbed because their event or document already had a final row.",
+    ["matched"],
+)
+EMAIL_FAILURES = Counter(
+    "invoicing_email_failures_total",
+    "Failed delivery attempts: transient (retried) or permanent (recorded as skipped).",
+    ["kind"],
+)
+EMAIL_RESUMED = Counter(
+    "invoicing_email_resumed_total",
+    "Deliveries that found their row still 'sending' from an earlier delivery "
+    "(a crash between send and mark, or an earlier delivery that failed transiently).",
+)
+INVALID_RECORDS = Counter(
+    "invoicing_email_invalid_records_total",
+    "Records of the invoices topic that could not be decoded (logged and skipped).",
+)
+IGNORED_RECORDS = Counter(
+    "invoicing_email_ignored_total", "Records that need no email (by event type).", ["type"]
+)
+
+
+class Outcome(StrEnum):
+    #: The email left (first delivery or a resumed one).
+    SENT = "sent"
+    #: Not emailed, row recorded ``'skipped'`` (``reason``: zero_total, smtp_rejected…, render_failed…).
+    SKIPPED = "skipped"
+    #: The event or its document already had a final row: nothing done.
+    DUPLICATE = "duplicate"
+    #: An event type that gets no email (``invoice.voided``).
+    IGNORED = "ignored"
+    #: An undecodable record (logged at ERROR, counted, skipped).
+    INVALID = "invalid"
+
+
+@dataclass(frozen=True)
+class ProcessResult:
+    """What :meth:`EmailSender.process` did with one record.
+
+    ``resumed`` is true when the record found its document's row still
+    ``'sending'`` from an earlier delivery (crash between send and mark).
+    """
+
+    outcome: Outcome
+    topic: str
+    partition: int
+    offset: int
+    event_id: str | None = None
+    document_key: str | None = None
+    message_id: str | None = None
+    reason: str | None = None
+    resumed: bool = False
+
+
+def invoices_topic(settings: Settings) -> str:
+    """The topic the sender consumes: ``settings.kafka.topic_prefix + "billing.invoices.v1"``."""
+    return settings.kafka.topic_prefix + INVOICES.name
+
+
+def _coords(msg: Message) -> tuple[str, int, int]:
+    """``(topic, partition, offset)`` of a consumed record (``-1`` where librdkafka has none)."""
+    partition = msg.partition()
+    offset = msg.offset()
+    return (
+        msg.topic() or "",
+        -1 if partition is None else partition,
+        -1 if offset is None else offset,
+    )
+
+
+def _headers(msg: Message) -> list[tuple[str, bytes | None]]:
+    raw = msg.headers() or []
+    pairs = list(raw.items()) if isinstance(raw, dict) else list(raw)
+    return [(name, value.encode() if isinstance(value, str) else value) for name, value in pairs]
+
+
+class EmailSender:
+    """Processes records of the invoices topic into emails; owns the commit order.
+
+    Args:
+        settings: ``smtp`` (relay, from address, timeout), ``kafka``
+            (``max_poll_interval_ms`` bounds the retry budget), ``worker``.
+        pool: psycopg pool (``autocommit=False`` connections) for ``email_deliveries``.
+        consumer: the group member whose offsets :meth:`handle` commits; not needed
+            by :meth:`process`.
+        transport: defaults to :class:`SmtpTransport` on ``settings.smtp``.
+        stop: when set, retries of a transient failure stop early (shutdown).
+
+    Raises:
+        EmailConfigurationError: ``settings.smtp.from_address`` is not an address.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        pool: ConnectionPool,
+        *,
+        consumer: Consumer | None = None,
+        transport: MailTransport | None = None,
+        stop: threading.Event | None = None,
+        domain: str = MESSAGE_ID_DOMAIN,
+    ) -> None:
+        try:
+            Address(addr_spec=settings.smtp.from_address)
+        except (ValueError, IndexError, HeaderParseError) as exc:
+            raise EmailConfigurationError(
+                f"settings.smtp.from_address {settings.smtp.from_address!r} is not an address"
+            ) from exc
+        self._settings = settings
+        self._store = DeliveryStore(pool, lock_timeout_s=settings.smtp.timeout_s)
+        self._consumer = consumer
+        self._transport: MailTransport = transport or SmtpTransport(settings.smtp)
+        self._stop = stop or threading.Event()
+        self._domain = domain
+        #: Longest time one record is retried before seeking back (seconds).
+        self.retry_budget_s = max(1.0, settings.kafka.max_poll_interval_ms / 1000 / 4)
+
+    @property
+    def store(self) -> DeliveryStore:
+        return self._store
+
+    # ------------------------------------------------------------------ one record
+
+    def process(self, msg: Message) -> ProcessResult:
+        """Do what ``msg`` asks (see the module docstring); never commits an offset.
+
+        On return, the record's ``email_deliveries`` row (if any) is final and
+        committed in PostgreSQL.
+
+        Raises:
+            TransientEmailError: SMTP or the database stayed unavailable for
+                :attr:`retry_budget_s` (or ``stop`` was set): the record must be
+                processed again, its offset not committed.
+        """
+        coords = _coords(msg)
+        try:
+            envelope = decode(msg.key(), msg.value(), _headers(msg), allowed=ALLOWED_TYPES)
+        except InvalidEvent as exc:
+            return self._invalid(coords, None, exc.reason)
+        data = envelope.data
+        if isinstance(data, InvoiceVoided):
+            IGNORED_RECORDS.labels(type=data.event_type).inc()
+            return ProcessResult(Outcome.IGNORED, *coords, event_id=envelope.id)
+        if not isinstance(data, InvoiceIssued | CreditNoteIssued):  # the codec enforces it
+            return self._invalid(coords, envelope.id, f"unexpected data {type(data).__name__}")
+        try:
+            ref = document_ref(data, domain=self._domain)
+        except RenderError as exc:
+            return self._invalid(coords, envelope.id, exc.reason)
+        new = NewDelivery(envelope.id, ref, *coords)
+        try:
+            zero = is_zero_total(data)
+            message = render_email(
+                data,
+                event_id=envelope.id,
+                from_address=self._settings.smtp.from_address,
+                domain=self._domain,
+            )
+        except RenderError as exc:
+            EMAIL_FAILURES.labels(kind="permanent").inc()
+            logger.error(
+                "cannot render email of %s (event %s at %s/%d@%d): %s",
+                ref.document_key,
+                envelope.id,
+                *coords,
+                exc.reason,
+            )
+            return self._skip(new, f"render_failed: {exc.reason}", "render_failed")
+        if zero:
+            return self._skip(new, "zero_total", "zero_total")
+        return self._deliver(new, message)
+
+    def _invalid(
+        self, coords: tuple[str, int, int], event_id: str | None, reason: str
+    ) -> ProcessResult:
+        INVALID_RECORDS.inc()
+        logger.error(
+            "skipping undecodable record %s/%d@%d (event id %s): %s",
+            *coords,
+            event_id or "?",
+            reason,
+        )
+        return ProcessResult(Outcome.INVALID, *coords, event_id=event_id, reason=reason)
+
+    def _retrying(self) -> Retrying:
+        def before_sleep(state: RetryCallState) -> None:
+            exc = state.outcome.exception() if state.outcome else None
+            logger.warning(
+                "transient failure (attempt %d), retrying: %s", state.attempt_number, exc
+            )
+
+        return Retrying(
+            retry=retry_if_exception_type(TransientEmailError),
+            stop=stop_after_delay(self.retry_budget_s) | stop_when_event_set(self._stop),
+            wait=wait_exponential_jitter(multiplier=0.2, max=5.0, jitter=0.5),
+            before_sleep=before_sleep,
+            reraise=True,
+        )
+
+    @contextmanager
+    def _count_transient(self) -> Iterator[None]:
+        try:
+            yield
+        except TransientEmailError:
+            EMAIL_FAILURES.labels(kind="transient").inc()
+            raise
+
+    @staticmethod
+    def _result(
+        new: NewDelivery, outcome: Outcome, *, reason: str | None = None, resumed: bool = False
+    ) -> ProcessResult:
+        return ProcessResult(
+            outcome,
+            new.source_topic,
+            new.source_partition,
+            new.source_offset,
+            event_id=new.event_id,
+            document_key=new.ref.document_key,
+            message_id=new.ref.message_id,
+            reason=reason,
+            resumed=resumed,
+        )
+
+    def _duplicate(self, new: NewDelivery, claim: Claim) -> ProcessResult:
+        matched = claim.matched or "document"
+        EMAIL_DUPLICATES.labels(matched=matched).inc()
+        logger.info(
+            "duplicate %s (event %s, matched by %s, row status %s): nothing sent",
+            new.ref.document_key,
+            new.event_id,
+            matched,
+            claim.row.status,
+        )
+        return self._result(new, Outcome.DUPLICATE, reason=f"duplicate_{matched}")
+
+    def _skip(self, new: NewDelivery, reason: str, label: str) -> ProcessResult:
+        for attempt in self._retrying():
+            with attempt, self._count_transient():
+                claim = self._store.record_skipped(new, reason)
+        if claim.kind is ClaimKind.DUPLICATE:
+            return self._duplicate(new, claim)
+        EMAILS_SKIPPED.labels(reason=label).inc()
+        logger.info("not emailing %s (event %s): %s", new.ref.document_key, new.event_id, reason)
+        return self._result(new, Outcome.SKIPPED, reason=reason)
+
+    def _deliver(self, new: NewDelivery, message: EmailMessage) -> ProcessResult:
+        def send() -> None:
+            self._transport.send(
+                message,
+                from_address=self._settings.smtp.from_address,
+                to_address=new.ref.recipient,
+            )
+
+        resumed: bool | None = None
+        for attempt in self._retrying():
+            with attempt, self._count_transient():
+                claim = self._store.claim(new)
+                if resumed is None:  # what the record found, before our own retries
+                    resumed = claim.kind is ClaimKind.RESUMED
+                if claim.kind is ClaimKind.DUPLICATE:
+                    delivered = None
+                else:
+                    delivered = self._store.deliver(new.ref.document_key, send)
+        if delivered is None:
+            return self._duplicate(new, claim)
+        if resumed:
+            EMAIL_RESUMED.inc()
+        if delivered.outcome is DeliverOutcome.ALREADY_FINAL:
+            # another process finished the row while this one waited for its lock
+            matched: Literal["event_id", "document"] = (
+                "event_id" if delivered.row.event_id == new.event_id else "document"
+            )
+            return self._duplicate(new, Claim(ClaimKind.DUPLICATE, delivered.row, matched))
+        if delivered.outcome is DeliverOutcome.REJECTED:
+            EMAIL_FAILURES.labels(kind="permanent").inc()
+            EMAILS_SKIPPED.labels(reason="smtp_rejected").inc()
+            logger.error(
+                "relay refused %s for %s (event %s): %s",
+                new.ref.message_id,
+                new.ref.recipient,
+                new.event_id,
+                delivered.row.skip_reason,
+            )
+            return self._result(
+                new, Outcome.SKIPPED, reason=delivered.row.skip_reason, resumed=bool(resumed)
+            )
+        EMAILS_SENT.labels(document_type=new.ref.document_type).inc()
+        logger.info(
+            "sent %s to %s (event %s, %s/%d@%d, attempt %d)",
+            new.ref.message_id,
+            new.ref.recipient,
+            new.event_id,
+            new.source_topic,
+            new.source_partition,
+            new.source_offset,
+            delivered.row.attempts,
+        )
+        return self._result(new, Outcome.SENT, resumed=bool(resumed))
+
+    # ------------------------------------------------------------------ commit order
+
+    def handle(self, msg: Message) -> ProcessResult:
+        """Process one record, then commit its offset: the one place that owns the order.
+
+        Order (CONVENTIONS §4 "One commit point", DESIGN "Email"):
+
+        1. :meth:`process` — the ``email_deliveries`` row is claimed in a committed
+           transaction *before* the SMTP send, and marked ``'sent'``/``'skipped'``
+           in a committed transaction after it (undecodable and voided records
+           have no row);
+        2. **only then** the offset ``msg.offset() + 1`` of the record's partition
+           is committed to Kafka, synchronously.
+
+        Consequences: a crash before 2 redelivers the record; its row is final, so
+        the redelivery is a duplicate no-op (or, if the crash came between send and
+        mark, a resend with the same ``Message-ID``). A transient failure in 1
+        raises before 2, so the offset never moves past an unsent email. A failed
+        offset commit (the partition was revoked meanwhile) is logged, not raised:
+        the row is final, so the new owner's redelivery is a no-op.
+
+        Raises:
+            TransientEmailError: from :meth:`process`; nothing committed.
+            RuntimeError: no consumer was given to this sender.
+        """
+        consumer = self._consumer
+        if consumer is None:
+            raise RuntimeError("EmailSender.handle needs the consumer whose offsets it commits")
+        result = self.process(msg)
+        self._commit(consumer, msg)
+        return result
+
+    @staticmethod
+    def _commit(consumer: Consumer, msg: Message) -> None:
+        topic, partition, offset = _coords(msg)
+        tp = TopicPartition(topic, partition, offset + 1)
+        try:
+            consumer.commit(offsets=[tp], asynchronous=False)
+        except KafkaException as exc:
+            logger.warning(
+                "offset commit of %s/%d@%d failed (row already final; the next owner "
+                "absorbs the redelivery): %s",
+                tp.topic,
+                tp.partition,
+                tp.offset,
+                exc,
+            )
+
+    # ------------------------------------------------------------------ loop
+
+    def run(self, *, poll_timeout_s: float = 0.5, pause_s: float = 1.0) -> None:
+        """Poll and :meth:`handle` records one at a time until ``stop`` is set.
+
+        The consumer must already be subscribed. A record whose processing stays
+        transiently failing is sought back to and polled again after ``pause_s``
+        (polling keeps the group membership alive meanwhile). A message-level
+        Kafka error is logged; a fatal one raises.
+
+        Raises:
+            KafkaException: a fatal consumer error.
+            RuntimeError: no consumer was given to this sender.
+        """
+        consumer = self._consumer
+        if consumer is None:
+            raise RuntimeError("EmailSender.run needs a consumer")
+        while not self._stop.is_set():
+            msg = consumer.poll(poll_timeout_s)
+            if msg is None:
+                continue
+            err = msg.error()
+            if err is not None:
+                if err.fatal():
+                    raise KafkaException(err)
+                logger.warning("consumer error: %s", err)
+                continue
+            try:
+                self.handle(msg)
+            except TransientEmailError as exc:
+                logger.warning(
+                    "record %s/%s@%s not done, will retry: %s",
+                    msg.topic(),
+                    msg.partition(),
+                    msg.offset(),
+                    exc,
+                )
+                self._seek_back(consumer, msg)
+                self._stop.wait(pause_s)
+
+    @staticmethod
+    def _seek_back(consumer: Consumer, msg: Message) -> None:
+        try:
+            consumer.seek(TopicPartition(*_coords(msg)))
+        except KafkaException as exc:  # the partition was revoked meanwhile
+            logger.info(
+                "seek back to %s/%s@%s: %s", msg.topic(), msg.partition(), msg.offset(), exc
+            )
+
+
+def _log_partitions(what: str) -> Callable[[Consumer, list[TopicPartition]], None]:
+    def callback(consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        logger.info("%s: %s", what, ", ".join(f"{p.topic}[{p.partition}]" for p in partitions))
+
+    return callback
+
+
+def run_email_sender(
+    settings: Settings,
+    *,
+    stop: threading.Event | None = None,
+    pool: ConnectionPool | None = None,
+    consumer: Consumer | None = None,
+) -> None:
+    """Run the email sender until ``stop`` is set (or SIGTERM/SIGINT arrives).
+
+    Builds what is not given from ``settings`` through :mod:`streams.bootstrap`:
+    the pool, and a consumer of group ``settings.worker.email_group`` (manual
+    commits). Subscribes the consumer to :func:`invoices_topic`. Serves Prometheus
+    metrics on ``127.0.0.1:settings.worker.metrics_port`` when that is not 0.
+
+    Shutdown: when ``stop`` is None, SIGTERM and SIGINT set an internal stop event
+    (installed only when called from the main thread; the previous handlers are
+    restored on return). The record in hand is finished and its offset committed
+    (a record still failing transiently is left uncommitted, for redelivery); then
+    the consumer and pool this function built are closed. A given consumer or pool
+    is left open: its owner closes it.
+
+    Raises:
+        EmailConfigurationError: invalid ``settings.smtp.from_address``.
+        KafkaException: a fatal consumer error.
+        psycopg_pool.PoolTimeout: the database did not answer at start (30 s).
+    """
+    from streams import bootstrap  # the composition root builds what was not given
+
+    own_stop = stop is None
+    stop_event = stop or threading.Event()
+    previous: dict[signal.Signals, Any] = {}
+    if own_stop and threading.current_thread() is threading.main_thread():
+
+        def on_signal(signum: int, frame: FrameType | None) -> None:
+            logger.info("signal %d: finishing the current record, then stopping", signum)
+            stop_event.set()
+
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            previous[sig] = signal.signal(sig, on_signal)
+
+    own_pool = pool is None
+    own_consumer = consumer is None
+    the_pool = pool or bootstrap.postgres_pool(settings, name="email-sender")
+    the_consumer: Consumer | None = None
+    server = None
+    try:
+        the_consumer = consumer or bootstrap.consumer(settings, settings.worker.email_group)
+        sender = EmailSender(settings, the_pool, consumer=the_consumer, stop=stop_event)
+        if settings.worker.metrics_port:
+            server, _thread = start_http_server(settings.worker.metrics_port, addr="127.0.0.1")
+            logger.info("metrics on http://127.0.0.1:%d/metrics", settings.worker.metrics_port)
+        topic = invoices_topic(settings)
+        the_consumer.subscribe(
+            [topic],
+            on_assign=_log_partitions("assigned"),
+            on_revoke=_log_partitions("revoked"),
+            on_lost=_log_partitions("lost"),
+        )
+        logger.info("email sender of group %s consuming %s", settings.worker.email_group, topic)
+        sender.run()
+    finally:
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+        if own_consumer and the_consumer is not None:
+            the_consumer.close()
+        if own_pool:
+            the_pool.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        logger.info("email sender stopped")
