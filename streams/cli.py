@@ -8,6 +8,8 @@ Settings are loaded once here and passed down.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -33,6 +35,8 @@ connectors_app = typer.Typer(
     help="Kafka Connect connectors (the Debezium outbox).", no_args_is_help=True
 )
 app.add_typer(topics_app, name="topics")
+import_app = typer.Typer(help="Import usage into billing.account-events.v1.", no_args_is_help=True)
+app.add_typer(import_app, name="import")
 app.add_typer(worker_app, name="worker")
 app.add_typer(connectors_app, name="connectors")
 
@@ -211,6 +215,41 @@ def topics_list() -> None:
             spec.description,
         )
     out.print(table)
+
+
+@import_app.command("focus")
+def import_focus_command(
+    path: Annotated[Path, typer.Argument(help="FOCUS 1.0 CSV file.")],
+    json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout."),
+    strict: bool = typer.Option(False, "--strict", help="Exit 3 when any row was skipped."),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bar."),
+) -> None:
+    """Produce customer.upserted + usage.recorded events from a FOCUS CSV.
+
+    Exit 0: every mapped row delivered (skipped rows are printed); 1: a delivery
+    failed or Kafka/the topic is unavailable; 2: the file cannot be imported;
+    3: --strict and rows were skipped.
+    """
+    import json
+
+    from streams.importers import ImporterError, SourceUnreadable
+    from streams.importers.focus_import import import_focus, print_summary
+
+    try:
+        summary = import_focus(path, _settings(), progress=progress)
+    except SourceUnreadable as exc:
+        console.print(f"[red]cannot import[/]: {exc}")
+        raise typer.Exit(2) from exc
+    except ImporterError as exc:
+        console.print(f"[red]import failed[/]: {exc}")
+        raise typer.Exit(1) from exc
+    print_summary(summary, console)
+    if json_out:
+        out.print_json(json.dumps(summary.to_dict()))
+    if not summary.ok:
+        raise typer.Exit(1)
+    if strict and summary.skipped:
+        raise typer.Exit(3)
 
 
 def main() -> None:
