@@ -15,8 +15,13 @@ from psycopg import sql
 from streams.settings import PostgresSettings
 
 
-def _role_sql(name: str, password: str, *, replication: bool) -> list[sql.Composed]:
-    attrs = sql.SQL("LOGIN REPLICATION") if replication else sql.SQL("LOGIN")
+def _role_sql(
+    name: str, password: str, *, replication: bool, createdb: bool = False
+) -> list[sql.Composed]:
+    words = (
+        ["LOGIN"] + (["REPLICATION"] if replication else []) + (["CREATEDB"] if createdb else [])
+    )
+    attrs = sql.SQL(" ".join(words))
     return [
         sql.SQL(
             "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = {lit}) THEN "
@@ -29,11 +34,18 @@ def _role_sql(name: str, password: str, *, replication: bool) -> list[sql.Compos
 
 
 def provision_cluster(pg: PostgresSettings, socket_dir: Path) -> None:
-    """Create (or update) the application and replication roles and the database."""
+    """Create (or update) the application and replication roles and the database.
+
+    On the local stack the application role also gets ``CREATEDB``, so that
+    integration tests can give each test its own database; a production role
+    does not need it.
+    """
     with psycopg.connect(
         host=str(socket_dir), port=pg.port, user="postgres", dbname="postgres", autocommit=True
     ) as conn:
-        for stmt in _role_sql(pg.user, pg.password.get_secret_value(), replication=False):
+        for stmt in _role_sql(
+            pg.user, pg.password.get_secret_value(), replication=False, createdb=True
+        ):
             conn.execute(stmt)
         for stmt in _role_sql(
             pg.replication_user, pg.replication_password.get_secret_value(), replication=True

@@ -115,3 +115,44 @@ def partitions_of(messages: Iterable[Message]) -> dict[bytes, set[int]]:
     for msg in messages:
         result.setdefault(msg.key() or b"", set()).add(msg.partition())
     return result
+
+
+def group_lag(kafka: KafkaSettings, group: str, topic: str) -> int:
+    """Records of ``topic`` not yet committed by ``group`` (sum over partitions)."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": kafka.bootstrap_servers,
+            "group.id": group,
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        tps = [TopicPartition(topic, p) for p in parts]
+        committed = consumer.committed(tps, timeout=10)
+        lag = 0
+        for tp in committed:
+            _, high = consumer.get_watermark_offsets(
+                TopicPartition(topic, tp.partition), timeout=10
+            )
+            position = tp.offset if tp.offset >= 0 else 0
+            lag += max(0, high - position)
+        return lag
+    finally:
+        consumer.close()
+
+
+def wait_for_no_lag(kafka: KafkaSettings, group: str, topic: str, timeout_s: float = 120.0) -> None:
+    """Wait until ``group`` committed everything of ``topic``.
+
+    Raises:
+        AssertionError: lag remains after ``timeout_s``.
+    """
+    deadline = time.monotonic() + timeout_s
+    lag = -1
+    while time.monotonic() < deadline:
+        lag = group_lag(kafka, group, topic)
+        if lag == 0:
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"group {group} still lags {lag} records on {topic} after {timeout_s}s")
