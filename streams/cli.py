@@ -252,6 +252,39 @@ def import_focus_command(
         raise typer.Exit(3)
 
 
+@app.command("demo")
+def demo_command(
+    path: Annotated[
+        Path | None, typer.Option("--file", help="FOCUS 1.0 CSV (default: the bundled sample).")
+    ] = None,
+    workers: Annotated[
+        int, typer.Option("--workers", min=1, help="Invoicing worker processes.")
+    ] = 3,
+    timeout_s: Annotated[
+        float, typer.Option("--timeout", help="Seconds to wait for every invoice and email.")
+    ] = 600.0,
+) -> None:
+    """The main job: stack up, import the FOCUS sample, invoice and email it, reconcile.
+
+    Exit 1 on a mismatch or a missing invoice or email.
+    """
+    from streams.demo import DEFAULT_SAMPLE, print_report, run_demo
+    from streams.worker_cli import configure_logging
+
+    configure_logging("WARNING")
+    settings = _settings()
+    report = run_demo(
+        settings,
+        path=path or settings.stack.home / DEFAULT_SAMPLE,
+        workers=workers,
+        timeout_s=timeout_s,
+        console=console,
+    )
+    print_report(report, out)
+    if not report.ok:
+        raise typer.Exit(1)
+
+
 @app.command("close-period")
 def close_period_command(
     period: Annotated[str, typer.Argument(help="Billing period, YYYY-MM.")],
