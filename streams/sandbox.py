@@ -1,0 +1,218 @@
+"""An isolated pipeline on the shared real stack (tests, the drill).
+
+Each sandbox gets its own PostgreSQL database (migrated, with Debezium's
+publication), its own topics (a prefix), consumer groups, outbox connector and
+replication slot, SMTP sink (own port and Maildir) and fake tax service (own
+port and request records). Kafka, Connect, PostgreSQL and Redis are the real
+shared services. So tests can count invoices, events and emails exactly, and
+two sandboxes never see each other's customers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+from psycopg import sql
+
+from streams.adapters import migrate
+from streams.adapters.connect import render_outbox_config, wait_running
+from streams.adapters.kafka import ensure_topics, topic_specs
+from streams.adapters.provision import provision_publication
+from streams.processes import WorkerGroup
+from streams.settings import PostgresSettings, Settings
+from streams.stack.fake_tax import FakeTaxProcess, running_fake_tax
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Pipeline:
+    """One test's pipeline: settings (and the same as environment for worker processes)."""
+
+    unique: str
+    settings: Settings
+    env: dict[str, str]
+    workdir: Path
+    maildir: Path
+    tax: FakeTaxProcess
+    workers: WorkerGroup = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.workers = WorkerGroup(self.workdir / "logs", self.env)
+
+    @property
+    def topic(self) -> str:
+        return self.settings.kafka.topic_prefix + "billing.account-events.v1"
+
+    @property
+    def dlq_topic(self) -> str:
+        return self.settings.kafka.topic_prefix + "billing.account-events.dlq.v1"
+
+    @property
+    def invoices_topic(self) -> str:
+        return self.settings.kafka.topic_prefix + "billing.invoices.v1"
+
+    def connect(self) -> psycopg.Connection[Any]:
+        return psycopg.connect(self.settings.postgres.dsn(), autocommit=True)
+
+    def worker_logs(self) -> str:
+        parts = []
+        for worker in self.workers.processes:
+            text = worker.log.read_text(errors="replace") if worker.log.exists() else ""
+            parts.append(
+                f"----- {worker.name} (exit {worker.process.poll()}) -----\n{text[-6000:]}"
+            )
+        return "\n".join(parts)
+
+
+def _replication_dsn(pg: PostgresSettings) -> str:
+    return (
+        f"host={pg.host} port={pg.port} dbname={pg.database} user={pg.replication_user} "
+        f"password={pg.replication_password.get_secret_value()}"
+    )
+
+
+@contextlib.contextmanager
+def isolated_pipeline(
+    base: Settings,
+    unique: str,
+    workdir: Path,
+    *,
+    group_protocol: str | None = None,
+    max_poll_interval_ms: int | None = None,
+    session_timeout_ms: int | None = None,
+) -> Iterator[Pipeline]:
+    """Create the test's database, topics, connector, SMTP sink and tax service; tear down after."""
+    database = f"inv_{unique}"
+    prefix = f"t{unique}."
+    maildir = workdir / "maildir"
+    smtp_port = free_port()
+    pg = base.postgres.model_copy(update={"database": database, "slot": f"slot_{unique}"})
+    kafka_updates: dict[str, Any] = {"topic_prefix": prefix}
+    if group_protocol:
+        kafka_updates["group_protocol"] = group_protocol
+    if max_poll_interval_ms:
+        kafka_updates["max_poll_interval_ms"] = max_poll_interval_ms
+    if session_timeout_ms:
+        kafka_updates["session_timeout_ms"] = session_timeout_ms
+        kafka_updates["heartbeat_interval_ms"] = max(500, session_timeout_ms // 5)
+    kafka = base.kafka.model_copy(update=kafka_updates)
+    worker = base.worker.model_copy(
+        update={"invoicing_group": f"invoicing-{unique}", "email_group": f"email-{unique}"}
+    )
+    connect = base.connect.model_copy(update={"outbox_connector": f"outbox-{unique}"})
+    smtp = base.smtp.model_copy(update={"port": smtp_port})
+
+    with psycopg.connect(base.postgres.dsn(), autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
+    smtp_proc: subprocess.Popen[bytes] | None = None
+    client = httpx.Client(base_url=base.connect.url, timeout=30)
+    try:
+        migrate.upgrade(pg)
+        provision_publication(pg)
+        with running_fake_tax(workdir / "tax") as tax:
+            tax_settings = base.tax.model_copy(update={"url": tax.url})
+            settings = Settings(
+                postgres=pg,
+                kafka=kafka,
+                worker=worker,
+                connect=connect,
+                smtp=smtp,
+                tax=tax_settings,
+                redis=base.redis,
+                fakes=base.fakes,
+                stack=base.stack,
+            )
+            ensure_topics(kafka, topic_specs(kafka))
+            config = render_outbox_config(settings, base.stack.home)
+            response = client.put(f"/connectors/{connect.outbox_connector}/config", json=config)
+            assert response.status_code in (200, 201), response.text
+            wait_running(client, connect.outbox_connector, 90)
+            maildir.mkdir(parents=True, exist_ok=True)
+            with (workdir / "smtp.log").open("ab") as smtp_log:
+                smtp_proc = subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "streams.stack.smtp_sink",
+                        "--host",
+                        "127.0.0.1",
+                        "--port",
+                        str(smtp_port),
+                        "--maildir",
+                        str(maildir),
+                    ],
+                    stdout=smtp_log,
+                    stderr=subprocess.STDOUT,
+                )
+            _wait_port(smtp_port)
+            env = {
+                "INVOICING_POSTGRES__DATABASE": database,
+                "INVOICING_POSTGRES__SLOT": pg.slot,
+                "INVOICING_KAFKA__TOPIC_PREFIX": prefix,
+                "INVOICING_KAFKA__GROUP_PROTOCOL": kafka.group_protocol,
+                "INVOICING_KAFKA__MAX_POLL_INTERVAL_MS": str(kafka.max_poll_interval_ms),
+                "INVOICING_KAFKA__SESSION_TIMEOUT_MS": str(kafka.session_timeout_ms),
+                "INVOICING_KAFKA__HEARTBEAT_INTERVAL_MS": str(kafka.heartbeat_interval_ms),
+                "INVOICING_WORKER__INVOICING_GROUP": worker.invoicing_group,
+                "INVOICING_WORKER__EMAIL_GROUP": worker.email_group,
+                "INVOICING_CONNECT__OUTBOX_CONNECTOR": connect.outbox_connector,
+                "INVOICING_SMTP__PORT": str(smtp_port),
+                "INVOICING_TAX__URL": tax.url,
+            }
+            pipeline = Pipeline(unique, settings, env, workdir, maildir, tax)
+            try:
+                yield pipeline
+            finally:
+                pipeline.workers.stop()
+    finally:
+        if smtp_proc is not None:
+            smtp_proc.terminate()
+            smtp_proc.wait(10)
+        client.delete(f"/connectors/{connect.outbox_connector}")
+        client.close()
+        _drop_slot(pg)
+        with psycopg.connect(base.postgres.dsn(), autocommit=True) as conn:
+            conn.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(database))
+            )
+
+
+def _wait_port(port: int, timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+            return
+        time.sleep(0.1)
+    raise RuntimeError(f"nothing listens on 127.0.0.1:{port} after {timeout_s}s")
+
+
+def _drop_slot(pg: PostgresSettings) -> None:
+    deadline = time.monotonic() + 30
+    with psycopg.connect(
+        _replication_dsn(pg.model_copy(update={"database": "postgres"})), autocommit=True
+    ) as conn:
+        while time.monotonic() < deadline:
+            row = conn.execute(
+                "SELECT active FROM pg_replication_slots WHERE slot_name = %s", (pg.slot,)
+            ).fetchone()
+            if row is None:
+                return
+            if not row[0]:
+                conn.execute("SELECT pg_drop_replication_slot(%s)", (pg.slot,))
+                return
+            time.sleep(0.5)
