@@ -352,6 +352,15 @@ def close_period_command(
         raise typer.Exit(1)
 
 
+def _register_operator_commands() -> None:
+    from streams.ops.cli import register
+
+    register(app)
+
+
+_register_operator_commands()
+
+
 def main() -> None:
     """Console-script entry point."""
     app()

@@ -186,10 +186,7 @@ def isolated_pipeline(
         client.delete(f"/connectors/{connect.outbox_connector}")
         client.close()
         _drop_slot(pg)
-        with psycopg.connect(base.postgres.dsn(), autocommit=True) as conn:
-            conn.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(database))
-            )
+        _drop_database(base.postgres, database)
 
 
 def _wait_port(port: int, timeout_s: float = 20.0) -> None:
@@ -199,6 +196,24 @@ def _wait_port(port: int, timeout_s: float = 20.0) -> None:
             return
         time.sleep(0.1)
     raise RuntimeError(f"nothing listens on 127.0.0.1:{port} after {timeout_s}s")
+
+
+def _drop_database(base: PostgresSettings, database: str, timeout_s: float = 60.0) -> None:
+    """Drop the sandbox database once Debezium's sessions (another role's, which we may not
+    terminate) have left it; our own leftover sessions are terminated by FORCE."""
+    deadline = time.monotonic() + timeout_s
+    with psycopg.connect(base.dsn(), autocommit=True) as conn:
+        while True:
+            others = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND usename <> current_user",
+                (database,),
+            ).fetchone()
+            if others == (0,) or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(database))
+        )
 
 
 def _drop_slot(pg: PostgresSettings) -> None:

@@ -1,0 +1,1 @@
+"""Operator commands: status view, holds, fences, outbox retention and reconciliation."""

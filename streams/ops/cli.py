@@ -1,0 +1,207 @@
+"""Operator commands of ``invoicing``: status, holds, fences, outbox, reconcile."""
+
+from __future__ import annotations
+
+import getpass
+import json
+import socket
+from datetime import timedelta
+from typing import Annotated
+
+import psycopg
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from streams.settings import Settings
+
+console = Console(stderr=True)
+#: Wide when not a terminal, so piped status output keeps its columns.
+out = Console(width=None if Console().is_terminal else 160)
+
+holds_app = typer.Typer(help="Invoices held because of dead-lettered input.", no_args_is_help=True)
+fences_app = typer.Typer(help="Partition fencing tokens (partition_fences).", no_args_is_help=True)
+outbox_app = typer.Typer(help="The transactional outbox.", no_args_is_help=True)
+
+
+def _table(title: str, rows: list[dict[str, object]]) -> Table:
+    table = Table(title=title)
+    if not rows:
+        table.add_column("(none)")
+        return table
+    for col in rows[0]:
+        table.add_column(str(col))
+    for row in rows:
+        table.add_row(*(str(v) if v is not None else "-" for v in row.values()))
+    return table
+
+
+def status_command(
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
+) -> None:
+    """Invoices and emails per period, holds, late usage, fences, lag, dead letters, outbox, connector.
+
+    Exit 1 when something needs an operator (open holds, late usage, dead letters, a service down).
+    """
+    from streams.ops.status import collect
+
+    view = collect(Settings())
+    if as_json:
+        out.print_json(json.dumps(view.__dict__, default=str))
+    else:
+        out.print(_table("billing periods", view.periods))
+        out.print(_table("open holds (invoicing blocked)", view.holds))
+        out.print(
+            _table("late usage (not in the issued invoice; next replay --apply)", view.late_usage)
+        )
+        out.print(_table("partition fences", view.fences))
+        lag = Table(title="pipeline")
+        lag.add_column("what")
+        lag.add_column("value")
+        for group, value in view.lag.items():
+            lag.add_row(f"lag of group {group}", str(value))
+        lag.add_row("dead-letter records", str(view.dead_letters))
+        lag.add_row(
+            "outbox rows (oldest)", f"{view.outbox.get('rows')} ({view.outbox.get('oldest')})"
+        )
+        lag.add_row("outbox connector", view.connector)
+        out.print(lag)
+        for problem in view.problems:
+            console.print(f"[yellow]attention[/]: {problem}")
+    if view.problems:
+        raise typer.Exit(1)
+
+
+@holds_app.command("list")
+def holds_list(
+    all_: Annotated[bool, typer.Option("--all", help="Include released holds.")] = False,
+) -> None:
+    """Holds with their reason and the source coordinates of the dead-lettered record."""
+    from streams.ops.holds import list_holds
+
+    with psycopg.connect(Settings().postgres.dsn(), autocommit=True) as conn:
+        rows = list_holds(conn, include_released=all_)
+    out.print(_table("invoice holds", [r.__dict__ for r in rows]))
+
+
+@holds_app.command("release")
+def holds_release(
+    hold_id: Annotated[int, typer.Argument(help="The hold to release (see `holds list`).")],
+    note: Annotated[
+        str, typer.Option("--note", help="Why it is safe to release (kept with the hold).")
+    ],
+) -> None:
+    """Release a hold after the bad input was fixed, and re-close the periods it held."""
+    from streams import bootstrap
+    from streams.ops.holds import HoldError, release_hold
+
+    settings = Settings()
+    producer = bootstrap.producer(settings)
+    who = f"{getpass.getuser()}@{socket.gethostname()}"
+    with psycopg.connect(settings.postgres.dsn(), autocommit=True) as conn:
+        try:
+            periods = release_hold(
+                conn,
+                producer,
+                settings.kafka.topic_prefix + "billing.account-events.v1",
+                hold_id,
+                released_by=who,
+                note=note,
+            )
+        except HoldError as exc:
+            console.print(f"[red]{exc}[/]")
+            raise typer.Exit(2) from exc
+    console.print(
+        f"hold #{hold_id} released; re-closed: {', '.join(periods) or 'nothing (no held close)'}"
+    )
+
+
+@fences_app.command("list")
+def fences_list() -> None:
+    """Every fence row: group, topic, partition, generation, member, updated."""
+    with psycopg.connect(Settings().postgres.dsn(), autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT group_id, topic, partition, generation, member_id, updated_at FROM partition_fences "
+            "ORDER BY 1, 2, 3"
+        ).fetchall()
+    keys = ("group", "topic", "partition", "generation", "member", "updated")
+    out.print(_table("partition fences", [dict(zip(keys, r, strict=True)) for r in rows]))
+
+
+@fences_app.command("reset")
+def fences_reset(
+    group_id: Annotated[str, typer.Argument(help="Consumer group whose fences to delete.")],
+    yes: Annotated[
+        bool, typer.Option("--yes", help="Confirm: no member of the group is running.")
+    ] = False,
+) -> None:
+    """Delete a group's fence rows: after the group was deleted or its offsets expired
+    (its generation restarted from the bottom and every claim is refused). Stop every
+    member first; the next members claim afresh."""
+    from streams.invoicing.fencing import reset_group
+
+    if not yes:
+        console.print("refusing without --yes: stop every member of the group first")
+        raise typer.Exit(2)
+    with psycopg.connect(Settings().postgres.dsn()) as conn:
+        deleted = reset_group(conn, group_id)
+    console.print(f"deleted {deleted} fence row(s) of group {group_id}")
+
+
+@outbox_app.command("prune")
+def outbox_prune(
+    older_than_days: Annotated[
+        int, typer.Option("--older-than-days", min=1, help="Retention in days.")
+    ] = 30,
+) -> None:
+    """Delete outbox rows older than the retention (Debezium's EventRouter ignores deletes)."""
+    from streams.ops.reconcile import prune_outbox
+
+    with psycopg.connect(Settings().postgres.dsn(), autocommit=True) as conn:
+        deleted = prune_outbox(conn, timedelta(days=older_than_days))
+    console.print(f"deleted {deleted} outbox row(s) older than {older_than_days} days")
+
+
+def reconcile_command(
+    republish: Annotated[
+        bool, typer.Option("--republish", help="Write a new outbox row per missing document.")
+    ] = False,
+    email_grace_minutes: Annotated[int, typer.Option("--email-grace-minutes", min=0)] = 10,
+) -> None:
+    """Issued invoices/credit notes whose event never reached billing.invoices.v1, and invoices
+    never emailed; --republish sends them again (deduplicated downstream by document). Exit 1 if any."""
+    from streams.ops.reconcile import reconcile
+
+    settings = Settings()
+    with psycopg.connect(settings.postgres.dsn(), autocommit=True) as conn:
+        report = reconcile(
+            conn, settings, republish=republish, email_grace=timedelta(minutes=email_grace_minutes)
+        )
+    out.print(f"documents: {report.documents}, events on the topic: {report.events_on_topic}")
+    out.print(
+        _table(
+            "documents without an event on the topic",
+            [{"type": t, "document": d, "number": n} for t, d, n in report.missing_events],
+        )
+    )
+    out.print(
+        _table(
+            "invoices never emailed",
+            [{"invoice": i, "number": n} for i, n in report.emails_not_sent],
+        )
+    )
+    if republish:
+        out.print(
+            f"republished: {len(report.republished)}; not republishable: {report.not_republishable}"
+        )
+    if report.missing_events or report.emails_not_sent:
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    """Mount the operator commands on the main ``invoicing`` app."""
+    app.command("status")(status_command)
+    app.command("reconcile")(reconcile_command)
+    app.add_typer(holds_app, name="holds")
+    app.add_typer(fences_app, name="fences")
+    app.add_typer(outbox_app, name="outbox")

@@ -1,0 +1,141 @@
+"""Invoice holds: list them, and release them after the bad input was dealt with.
+
+A hold is written when a record of a customer was dead-lettered (undecodable,
+invalid, a conflicting duplicate) or when a close marker's invoice was refused
+by a permanent rule. While a hold is open, that customer's invoice for the
+period (or every period, when the bad record named none) is not built: nobody
+is invoiced from partial data.
+
+Releasing (runbook, docs/architecture.md "Holds"):
+
+1. read the reason and the dead-letter record (``invoicing holds list``; the
+   DLQ record carries the same source coordinates);
+2. fix the input at its source and re-publish the corrected event (a corrected
+   usage event needs a **new** event id when the bad one was a conflicting
+   duplicate; the stored line is never overwritten);
+3. ``invoicing holds release HOLD_ID --note "why"``: marks the hold released
+   and, for every close of that customer that was held, sends a new
+   ``billing_period.closed`` marker (reason ``hold_released``, id derived from
+   the hold id, so a repeated release sends the same id). The partition owner
+   then builds the invoice from the usage that precedes the new marker.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+from confluent_kafka import Producer
+
+from streams.domain.codec import encode
+from streams.domain.events import BillingPeriodClosed, Envelope, close_marker_id
+
+SOURCE = "/ops/holds"
+
+
+class HoldError(Exception):
+    """A hold operation that cannot be done (unknown hold, already released)."""
+
+
+@dataclass(frozen=True)
+class HoldRow:
+    hold_id: int
+    customer_id: str
+    billing_period: str | None
+    reason: str
+    source: str
+    created_at: datetime
+    released_at: datetime | None
+    held_closes: int
+
+
+def list_holds(conn: psycopg.Connection[Any], *, include_released: bool = False) -> list[HoldRow]:
+    """Holds, open ones first; ``held_closes`` counts close markers that were held by them."""
+    rows = conn.execute(
+        f"""
+        SELECT h.hold_id, h.customer_id, h.billing_period, h.reason,
+               h.source_topic || '[' || h.source_partition || ']@' || h.source_offset,
+               h.created_at, h.released_at,
+               (SELECT count(*) FROM period_closes c
+                 WHERE c.customer_id = h.customer_id AND c.outcome = 'held'
+                   AND (h.billing_period IS NULL OR c.billing_period = h.billing_period))
+          FROM invoice_holds h
+         {"" if include_released else "WHERE h.released_at IS NULL"}
+         ORDER BY h.released_at IS NOT NULL, h.hold_id
+        """
+    ).fetchall()
+    return [HoldRow(*r) for r in rows]
+
+
+def release_hold(
+    conn: psycopg.Connection[Any],
+    producer: Producer,
+    topic: str,
+    hold_id: int,
+    *,
+    released_by: str,
+    note: str,
+) -> list[str]:
+    """Release ``hold_id`` and re-send close markers for the closes it held.
+
+    Returns the billing periods re-closed. The hold row is updated only after the
+    markers were delivered, so a failed release can simply be run again.
+
+    Raises:
+        HoldError: no such hold, or it was released already.
+    """
+    row = conn.execute(
+        "SELECT customer_id, billing_period, released_at FROM invoice_holds WHERE hold_id = %s",
+        (hold_id,),
+    ).fetchone()
+    if row is None:
+        raise HoldError(f"no hold #{hold_id}")
+    customer_id, period, released_at = row
+    if released_at is not None:
+        raise HoldError(f"hold #{hold_id} was released at {released_at.isoformat()}")
+    periods = [
+        r[0]
+        for r in conn.execute(
+            "SELECT DISTINCT billing_period FROM period_closes WHERE customer_id = %s AND outcome = 'held' "
+            "AND (%s::text IS NULL OR billing_period = %s) ORDER BY 1",
+            (customer_id, period, period),
+        )
+    ]
+    still_held = {
+        r[0]
+        for r in conn.execute(
+            "SELECT DISTINCT coalesce(billing_period, '*') FROM invoice_holds "
+            "WHERE customer_id = %s AND released_at IS NULL AND hold_id <> %s",
+            (customer_id, hold_id),
+        )
+    }
+    errors: list[str] = []
+    for billing_period in periods:
+        if billing_period in still_held or "*" in still_held:
+            continue  # another open hold still blocks this period: its release will re-close
+        data = BillingPeriodClosed(
+            customer_id=customer_id,
+            billing_period=billing_period,
+            closed_at=datetime.now(UTC),
+            reason="hold_released",
+        )
+        event_id = close_marker_id(customer_id, billing_period, "hold_released", str(hold_id))
+        record = encode(Envelope.wrap(data, id=event_id, source=SOURCE))
+        producer.produce(
+            topic,
+            key=record.key,
+            value=record.value,
+            headers=[(name, value) for name, value in record.headers],
+            on_delivery=lambda err, _msg: errors.append(str(err)) if err else None,
+        )
+    if producer.flush(30) or errors:
+        raise HoldError(
+            f"re-close markers for hold #{hold_id} not delivered: {errors or 'timeout'}"
+        )
+    conn.execute(
+        "UPDATE invoice_holds SET released_at = now(), released_by = %s, release_note = %s WHERE hold_id = %s",
+        (released_by, note, hold_id),
+    )
+    return periods

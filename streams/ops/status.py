@@ -1,0 +1,215 @@
+"""``invoicing status``: one view of what the pipeline is doing and what needs an operator.
+
+Reads PostgreSQL (invoices, emails, holds, fences, late usage, outbox), Kafka
+(consumer-group lag, dead-letter topic size) and Connect (the outbox
+connector's state). Each part degrades to "unavailable: <reason>" rather than
+failing the whole view.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+from streams.settings import Settings
+
+
+@dataclass
+class StatusView:
+    """Everything ``invoicing status`` shows; each section is rows of (label, value) or a table."""
+
+    periods: list[dict[str, Any]] = field(default_factory=list)
+    holds: list[dict[str, Any]] = field(default_factory=list)
+    late_usage: list[dict[str, Any]] = field(default_factory=list)
+    fences: list[dict[str, Any]] = field(default_factory=list)
+    lag: dict[str, Any] = field(default_factory=dict)
+    dead_letters: int | str = 0
+    outbox: dict[str, Any] = field(default_factory=dict)
+    connector: str = "unknown"
+    problems: list[str] = field(default_factory=list)
+
+
+def late_usage(conn: psycopg.Connection[Any], period: str | None = None) -> list[dict[str, Any]]:
+    """Usage lines of (customer, period)s whose current invoice does not contain them
+    (arrived after the close marker, or lost before it): invoiced by the next replay --apply."""
+    rows = conn.execute(
+        """
+        SELECT u.customer_id, u.billing_period, count(*), sum(u.amount), min(u.recorded_at)
+          FROM usage_lines u
+          JOIN invoices i ON i.customer_id = u.customer_id AND i.billing_period = u.billing_period
+                         AND i.status = 'issued'
+         WHERE (%s::text IS NULL OR u.billing_period = %s)
+           AND NOT EXISTS (SELECT 1 FROM invoice_lines l WHERE l.invoice_id = i.invoice_id
+                                                          AND l.event_id = u.event_id)
+         GROUP BY u.customer_id, u.billing_period
+         ORDER BY u.billing_period, u.customer_id
+        """,
+        (period, period),
+    ).fetchall()
+    return [
+        {
+            "customer_id": r[0],
+            "billing_period": r[1],
+            "lines": r[2],
+            "amount": r[3],
+            "first_recorded_at": r[4],
+        }
+        for r in rows
+    ]
+
+
+def _periods(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
+    rows = conn.execute(
+        """
+        WITH u AS (SELECT billing_period, count(*) AS lines, count(DISTINCT customer_id) AS customers
+                     FROM usage_lines GROUP BY billing_period),
+             i AS (SELECT billing_period,
+                          count(*) FILTER (WHERE status = 'issued') AS issued,
+                          count(*) FILTER (WHERE status = 'superseded') AS superseded,
+                          sum(total) FILTER (WHERE status = 'issued') AS total
+                     FROM invoices GROUP BY billing_period),
+             c AS (SELECT billing_period, count(*) AS credit_notes FROM credit_notes GROUP BY billing_period),
+             e AS (SELECT i.billing_period,
+                          count(*) FILTER (WHERE d.status = 'sent') AS sent,
+                          count(*) FILTER (WHERE d.status = 'skipped') AS skipped,
+                          count(*) FILTER (WHERE d.status = 'sending') AS sending
+                     FROM email_deliveries d JOIN invoices i ON i.invoice_id = d.document_id
+                    GROUP BY i.billing_period)
+        SELECT p.billing_period, coalesce(u.customers, 0), coalesce(u.lines, 0), coalesce(i.issued, 0),
+               coalesce(i.superseded, 0), coalesce(c.credit_notes, 0), coalesce(i.total, 0),
+               coalesce(e.sent, 0), coalesce(e.skipped, 0), coalesce(e.sending, 0)
+          FROM (SELECT billing_period FROM u UNION SELECT billing_period FROM i) p
+          LEFT JOIN u USING (billing_period) LEFT JOIN i USING (billing_period)
+          LEFT JOIN c USING (billing_period) LEFT JOIN e USING (billing_period)
+         ORDER BY 1
+        """
+    ).fetchall()
+    keys = (
+        "period",
+        "customers",
+        "usage_lines",
+        "invoices",
+        "superseded",
+        "credit_notes",
+        "total_issued",
+        "emails_sent",
+        "not_emailed_zero",
+        "emails_in_flight",
+    )
+    return [dict(zip(keys, r, strict=True)) for r in rows]
+
+
+def group_lag(settings: Settings, group: str, topic: str) -> int:
+    """Records of ``topic`` not yet committed by ``group``."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": settings.kafka.bootstrap_servers,
+            "group.id": group,
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        parts = consumer.list_topics(topic, timeout=5).topics[topic].partitions
+        committed = consumer.committed([TopicPartition(topic, p) for p in parts], timeout=5)
+        lag = 0
+        for tp in committed:
+            low, high = consumer.get_watermark_offsets(
+                TopicPartition(topic, tp.partition), timeout=5
+            )
+            lag += max(0, high - (tp.offset if tp.offset >= 0 else low))
+        return lag
+    finally:
+        consumer.close()
+
+
+def topic_size(settings: Settings, topic: str) -> int:
+    consumer = Consumer(
+        {"bootstrap.servers": settings.kafka.bootstrap_servers, "group.id": "status-probe"}
+    )
+    try:
+        parts = consumer.list_topics(topic, timeout=5).topics[topic].partitions
+        total = 0
+        for p in parts:
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=5)
+            total += high - low
+        return total
+    finally:
+        consumer.close()
+
+
+def collect(settings: Settings) -> StatusView:
+    """Gather the status view; failures of one source become a ``problems`` line."""
+    view = StatusView()
+    prefix = settings.kafka.topic_prefix
+    try:
+        with psycopg.connect(settings.postgres.dsn(), autocommit=True, connect_timeout=5) as conn:
+            view.periods = _periods(conn)
+            view.holds = [
+                {
+                    "hold": r[0],
+                    "customer_id": r[1],
+                    "billing_period": r[2] or "*",
+                    "reason": r[3][:120],
+                    "since": r[4],
+                }
+                for r in conn.execute(
+                    "SELECT hold_id, customer_id, billing_period, reason, created_at FROM invoice_holds "
+                    "WHERE released_at IS NULL ORDER BY hold_id"
+                )
+            ]
+            view.late_usage = late_usage(conn)
+            view.fences = [
+                {
+                    "group": r[0],
+                    "topic": r[1],
+                    "partitions": r[2],
+                    "generations": f"{r[3]}..{r[4]}",
+                    "members": r[5],
+                    "updated": r[6],
+                }
+                for r in conn.execute(
+                    "SELECT group_id, topic, count(*), min(generation), max(generation), "
+                    "count(DISTINCT member_id), max(updated_at) FROM partition_fences GROUP BY 1, 2 ORDER BY 1, 2"
+                )
+            ]
+            row = conn.execute("SELECT count(*), min(created_at) FROM outbox").fetchone()
+            view.outbox = {"rows": row[0] if row else 0, "oldest": row[1] if row else None}
+    except psycopg.Error as exc:
+        view.problems.append(f"database unavailable: {exc}")
+    try:
+        view.lag = {
+            settings.worker.invoicing_group: group_lag(
+                settings, settings.worker.invoicing_group, prefix + "billing.account-events.v1"
+            ),
+            settings.worker.email_group: group_lag(
+                settings, settings.worker.email_group, prefix + "billing.invoices.v1"
+            ),
+        }
+        view.dead_letters = topic_size(settings, prefix + "billing.account-events.dlq.v1")
+    except (KafkaException, KeyError) as exc:
+        view.problems.append(f"kafka unavailable: {exc}")
+    try:
+        from streams.adapters.connect import connector_status
+
+        status = connector_status(settings)
+        view.connector = (
+            "absent"
+            if status is None
+            else status["connector"]["state"]
+            + " / tasks "
+            + ",".join(t["state"] for t in status.get("tasks", []))
+        )
+    except Exception as exc:  # httpx errors, JSON shape: the view shows the reason
+        view.problems.append(f"connect unavailable: {exc}")
+    if view.holds:
+        view.problems.append(f"{len(view.holds)} open hold(s): invoices not built until released")
+    if view.late_usage:
+        view.problems.append(
+            f"{len(view.late_usage)} (customer, period) with late usage: run replay"
+        )
+    if isinstance(view.dead_letters, int) and view.dead_letters:
+        view.problems.append(f"{view.dead_letters} record(s) in the dead-letter topic")
+    return view
