@@ -147,12 +147,18 @@ def test_every_topic_and_event_type_has_its_files() -> None:
     rendered = {path.as_posix() for path in render_schemas()}
     for spec in REGISTRY:
         assert f"{spec.name}/key.schema.json" in rendered
+        assert f"{spec.name}/headers.schema.json" in rendered
     for topic, models in TOPIC_EVENT_TYPES.items():
         for model in models:
             assert f"{topic}/{model.event_type}.schema.json" in rendered
-    value_files = {p for p in rendered if not p.endswith(("key.schema.json", "README.md"))}
+    value_files = {
+        p
+        for p in rendered
+        if not p.endswith(("key.schema.json", "headers.schema.json", "README.md", ".yaml"))
+    }
     assert len(value_files) == len(EVENT_TYPES)
     assert "billing.account-events.dlq.v1/README.md" in rendered
+    assert "asyncapi.yaml" in rendered
 
 
 def test_rendering_is_deterministic_and_canonical() -> None:

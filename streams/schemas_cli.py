@@ -1,0 +1,99 @@
+"""``invoicing schemas``: export the contracts, check them for staleness and compatibility.
+
+Also runnable without the console script: ``python -m streams.schemas_cli check-compat``.
+
+Exit codes of ``check-compat``: 0 compatible (or nothing to compare), 1 a breaking
+change (each printed as ``<topic> <message>: field '<path>': <why>``), 2 the base
+cannot be read (unknown ref, not a git repository, a file that does not parse).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+schemas_app = typer.Typer(
+    help="Topic contracts: JSON Schema + AsyncAPI in schemas/ (generated from the event models).",
+    no_args_is_help=True,
+)
+
+console = Console(stderr=True, highlight=False)
+
+FolderOption = Annotated[
+    Path, typer.Option("--dir", help="The schemas folder (relative to the current directory).")
+]
+
+
+@schemas_app.command("export")
+def export(folder: FolderOption = Path("schemas")) -> None:
+    """Write the JSON Schema files and asyncapi.yaml rendered from the models."""
+    from streams.schemas import write_schemas
+
+    written = write_schemas(folder)
+    for relative in written:
+        console.print(f"wrote {folder / relative}")
+    if not written:
+        console.print(f"{folder} is up to date")
+
+
+@schemas_app.command("check")
+def check(folder: FolderOption = Path("schemas")) -> None:
+    """Exit 1 when the committed files differ from what the models render."""
+    from streams.schemas import stale_schemas
+
+    stale = stale_schemas(folder)
+    for relative in stale:
+        console.print(f"[red]stale[/]: {folder / relative}")
+    if stale:
+        console.print("run `invoicing schemas export` and commit the result")
+        raise typer.Exit(1)
+    console.print(f"{folder} is up to date")
+
+
+@schemas_app.command("check-compat")
+def check_compat_command(
+    base: Annotated[
+        str | None,
+        typer.Option(
+            "--base",
+            help="Git ref to compare against (default: the merge base with the upstream "
+            "branch, else the previous commit).",
+        ),
+    ] = None,
+    folder: FolderOption = Path("schemas"),
+) -> None:
+    """Refuse schema changes that would break existing consumers of a topic version.
+
+    Adding optional fields, event types and topics is accepted; anything else needs
+    a new topic version (<name>.v2). See streams/schema_compat.py for the rules.
+    """
+    from streams.schema_compat import BaseUnavailable, CompatError, check_compat
+
+    try:
+        report = check_compat(folder, base)
+    except BaseUnavailable as exc:
+        console.print(f"[red]cannot read the base[/]: {exc}")
+        raise typer.Exit(2) from exc
+    except CompatError as exc:
+        console.print(f"[red]cannot compare[/]: {exc}")
+        raise typer.Exit(2) from exc
+    if report.base is None:
+        console.print("schemas compat: no earlier commit to compare against; nothing to check")
+        return
+    short = report.base[:12]
+    for problem in report.problems:
+        console.print(f"[red]breaking[/]: {problem}")
+    if report.problems:
+        console.print(
+            f"schemas compat: {len(report.problems)} breaking change(s) against {short}. "
+            "Ship them on a new topic version (<name>.vN+1) instead; see docs/subscribing.md."
+        )
+        raise typer.Exit(1)
+    console.print(f"schemas compat: {report.compared} schema file(s) compatible with {short}")
+
+
+if __name__ == "__main__":
+    schemas_app()
