@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell sha256sum pyproject.toml | cut -c1-12)
 
-.PHONY: help setup up down status demo lint format typecheck test test-unit test-integration test-chaos clean
+.PHONY: help setup up down status demo lint format typecheck compat test test-unit test-integration test-chaos clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -39,6 +39,9 @@ format: setup ## Apply ruff formatting and safe fixes
 typecheck: setup ## mypy --strict on the package
 	$(BIN)/mypy
 
+compat: setup ## Refuse schema changes that break consumers (vs the merge base / previous commit)
+	$(BIN)/invoicing schemas check-compat
+
 test-unit: setup ## Unit tests only (no services)
 	$(BIN)/pytest tests/unit
 
@@ -48,7 +51,7 @@ test-integration: up ## Integration tests against the real local stack
 test-chaos: up ## Fault-injection tests against the real local stack
 	$(BIN)/pytest tests/chaos
 
-test: up lint typecheck ## Everything CI runs: lint, types, unit, integration and chaos tests
+test: up lint typecheck compat ## Everything CI runs: lint, types, schema compatibility, unit, integration and chaos tests
 	$(BIN)/pytest tests/unit tests/integration tests/chaos
 
 clean: down ## Stop the stack and delete its data (keeps downloaded jars)
