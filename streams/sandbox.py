@@ -139,6 +139,9 @@ def isolated_pipeline(
             )
             ensure_topics(kafka, topic_specs(kafka))
             config = render_outbox_config(settings, base.stack.home)
+            # Own logical name: Debezium registers its JMX metrics under it, and a name
+            # shared with another running connector delays streaming by ~2 minutes.
+            config["topic.prefix"] = f"outbox-{unique}"
             response = client.put(f"/connectors/{connect.outbox_connector}/config", json=config)
             assert response.status_code in (200, 201), response.text
             wait_running(client, connect.outbox_connector, 90)
