@@ -29,7 +29,7 @@ from streams.adapters.connect import render_outbox_config, wait_running
 from streams.adapters.kafka import ensure_topics, topic_specs
 from streams.adapters.provision import provision_publication
 from streams.processes import WorkerGroup
-from streams.settings import PostgresSettings, Settings
+from streams.settings import KafkaSettings, PostgresSettings, Settings
 from streams.stack.fake_tax import FakeTaxProcess, running_fake_tax
 
 
@@ -190,6 +190,19 @@ def isolated_pipeline(
         client.close()
         _drop_slot(pg)
         _drop_database(base.postgres, database)
+        _delete_topics(kafka)
+
+
+def _delete_topics(kafka: KafkaSettings) -> None:
+    """Delete the sandbox's topics (every topic under its prefix) so they do not pile up."""
+    from streams.adapters.kafka import admin_client
+
+    admin = admin_client(kafka)
+    names = [t for t in admin.list_topics(timeout=10).topics if t.startswith(kafka.topic_prefix)]
+    if names:
+        for future in admin.delete_topics(names, operation_timeout=30).values():
+            with contextlib.suppress(Exception):  # already gone: nothing to do
+                future.result()
 
 
 def _wait_port(port: int, timeout_s: float = 20.0) -> None:
