@@ -1,0 +1,193 @@
+"""``invoicing replay YYYY-MM --dry-run | --apply`` (mounted by :mod:`streams.cli`).
+
+Kept outside :mod:`streams.replay` (like :mod:`streams.worker_cli`) so that
+loading the CLI does not import Kafka, PostgreSQL and the replay; the command
+imports them when it runs. Settings are loaded once here and passed down.
+
+Exit codes: 0 done (a dry run exits 0 with or without differences; read the
+table or the report); 1 Kafka, database or per-customer failures (tax service,
+invoice rules); 2 invalid period or options; 3 Redis unreachable (nothing
+done); 4 another replay of the period holds the lease (nothing done); 5 aborted
+part-way (lease lost or fenced) or an apply with customers left for a resume —
+run the same ``--apply`` again to resume.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from streams.settings import Settings
+
+if TYPE_CHECKING:
+    from streams.replay.runner import ReplayReport
+
+console = Console(stderr=True)
+out = Console()
+
+
+def default_report_path(period: str, run_id: str) -> Path:
+    """``reports/replay-<period>-<run id>.json`` (relative to the working directory)."""
+    return Path("reports") / f"replay-{period}-{run_id}.json"
+
+
+def replay_command(
+    period: Annotated[str, typer.Argument(help="Billing period, YYYY-MM.")],
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="Report the differences; write nothing to the invoice tables."
+    ),
+    apply: bool = typer.Option(
+        False,
+        "--apply",
+        help="Correct every difference: credit note + new revision (resumes an unfinished apply).",
+    ),
+    margin_days: float = typer.Option(
+        7.0,
+        "--margin-days",
+        help="Re-read from this many days before the period's start (record time), for late "
+        "or early-produced events. Ignored when an apply resumes (its window is stored).",
+    ),
+    report: Annotated[
+        Path | None,
+        typer.Option(
+            "--report",
+            help="Where to write the JSON report (default: reports/replay-PERIOD-RUN.json).",
+        ),
+    ] = None,
+    lease_ttl: float = typer.Option(30.0, "--lease-ttl", help="Lease TTL, seconds."),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bars."),
+    json_out: bool = typer.Option(False, "--json", help="Also print the report as JSON on stdout."),
+) -> None:
+    """Re-read PERIOD from Kafka, rebuild its usage and recompute its invoices.
+
+    --dry-run prints the differences from what was issued (and writes the JSON
+    report); --apply turns each into a credit note and a new revision, one
+    email each. Running --apply again changes nothing. See docs/replay.md.
+    """
+    from streams.adapters.lease import LeaseBusy, LeaseError, LeaseUnavailable
+    from streams.domain.errors import InvalidPeriod
+    from streams.replay.errors import ReplayAborted, ReplayError
+    from streams.replay.runner import Mode, replay_period
+
+    if dry_run == apply:
+        console.print("[red]give exactly one of --dry-run and --apply[/]")
+        raise typer.Exit(2)
+    if margin_days < 0:
+        console.print("[red]--margin-days must not be negative[/]")
+        raise typer.Exit(2)
+    mode = Mode.APPLY if apply else Mode.DRY_RUN
+    try:
+        result = replay_period(
+            period,
+            Settings(),
+            mode=mode,
+            margin=timedelta(days=margin_days),
+            progress=progress,
+            lease_ttl_s=lease_ttl,
+        )
+    except InvalidPeriod as exc:
+        console.print(f"[red]{exc}[/]")
+        raise typer.Exit(2) from exc
+    except LeaseUnavailable as exc:
+        console.print(f"[red]refusing to start[/]: {exc}")
+        raise typer.Exit(3) from exc
+    except LeaseBusy as exc:
+        console.print(f"[red]another replay of {period} is running[/]: {exc}")
+        raise typer.Exit(4) from exc
+    except ReplayAborted as exc:
+        console.print(f"[red]aborted[/]: {exc}")
+        raise typer.Exit(5) from exc
+    except (ReplayError, LeaseError) as exc:
+        console.print(f"[red]replay failed[/]: {exc}")
+        raise typer.Exit(1) from exc
+    document = result.to_dict()
+    path = report or default_report_path(result.period, result.run_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+    print_report(result, console)
+    console.print(f"report: {path}")
+    if json_out:
+        out.print_json(json.dumps(document))
+    if mode is Mode.APPLY and not result.complete:
+        console.print("[yellow]customers left for a resume: run the same --apply again[/]")
+        raise typer.Exit(5)
+    if result.failed:
+        raise typer.Exit(1)
+
+
+def _money(value: Any) -> str:
+    return "" if value is None else str(value)
+
+
+def print_report(result: ReplayReport, console: Console) -> None:
+    """The differences (and skipped/failed customers) as a table, then one summary line."""
+    title = f"replay {result.period} ({result.mode}) run {result.run_id}" + (
+        f", resumed (attempt {result.attempt})" if result.resumed else ""
+    )
+    table = Table(title=title)
+    for column in (
+        "customer",
+        "outcome",
+        "issued",
+        "old total",
+        "new total",
+        "Δ total",
+        "not invoiced",
+        "absent",
+        "new revision",
+        "credit note",
+        "reason",
+    ):
+        table.add_column(column, overflow="fold")
+    for outcome in [*result.differences, *result.skipped, *result.failed]:
+        diff = outcome.difference or {}
+        issued = diff.get("issued") or {}
+        recomputed = diff.get("recomputed") or {}
+        delta = diff.get("delta") or {}
+        not_invoiced = diff.get("usage_not_invoiced") or []
+        absent = diff.get("invoiced_not_in_usage") or []
+        table.add_row(
+            outcome.customer_id,
+            outcome.outcome,
+            f"{issued.get('invoice_number', '')} r{issued['revision']}" if issued else "",
+            _money(issued.get("total")),
+            _money(recomputed.get("total")),
+            _money(delta.get("total")),
+            ", ".join(f"{line['event_id'][:12]} {line['amount']}" for line in not_invoiced[:3])
+            + (f" (+{len(not_invoiced) - 3})" if len(not_invoiced) > 3 else ""),
+            ", ".join(f"{line['event_id'][:12]} {line['amount']}" for line in absent[:3])
+            + (f" (+{len(absent) - 3})" if len(absent) > 3 else ""),
+            f"{outcome.new_invoice_number or ''} r{outcome.revision}"
+            if outcome.new_invoice_number
+            else "",
+            outcome.credit_note_number or "",
+            outcome.reason,
+        )
+    if result.differences or result.skipped or result.failed:
+        console.print(table)
+    s = result.summary()
+    console.print(
+        f"[bold]replay {result.period}[/] {result.mode} run {result.run_id} ({result.status}): "
+        f"{s['customers']} customers, {s['differences']} with differences, {s['unchanged']} "
+        f"unchanged, {s['skipped']} skipped, {s['failed']} failed; "
+        f"{s['corrected']} corrected, {s['invoiced']} invoiced; re-read {s['events_read']} "
+        f"events in {s['read_s']}s ({s['events_per_s']} events/s); {s['elapsed_s']}s in all"
+    )
+    if result.conflicts:
+        console.print(
+            f"[yellow]{len(result.conflicts)} usage id conflict(s)[/] (first record kept): "
+            + ", ".join(c.event_id for c in result.conflicts[:5])
+        )
+    if result.invalid:
+        console.print(f"[yellow]{len(result.invalid)} record(s) did not decode[/] (skipped)")
+    if result.open_apply_run:
+        console.print(
+            f"[yellow]an unfinished apply run {result.open_apply_run} exists[/]: "
+            "the next --apply resumes it"
+        )
