@@ -32,33 +32,30 @@ class StatusView:
     problems: list[str] = field(default_factory=list)
 
 
-def late_usage(conn: psycopg.Connection[Any], period: str | None = None) -> list[dict[str, Any]]:
-    """Usage lines of (customer, period)s whose current invoice does not contain them
-    (arrived after the close marker, or lost before it): invoiced by the next replay --apply."""
-    rows = conn.execute(
-        """
-        SELECT u.customer_id, u.billing_period, count(*), sum(u.amount), min(u.recorded_at)
-          FROM usage_lines u
-          JOIN invoices i ON i.customer_id = u.customer_id AND i.billing_period = u.billing_period
-                         AND i.status = 'issued'
-         WHERE (%s::text IS NULL OR u.billing_period = %s)
-           AND NOT EXISTS (SELECT 1 FROM invoice_lines l WHERE l.invoice_id = i.invoice_id
-                                                          AND l.event_id = u.event_id)
-         GROUP BY u.customer_id, u.billing_period
-         ORDER BY u.billing_period, u.customer_id
-        """,
-        (period, period),
-    ).fetchall()
-    return [
-        {
-            "customer_id": r[0],
-            "billing_period": r[1],
-            "lines": r[2],
-            "amount": r[3],
-            "first_recorded_at": r[4],
-        }
-        for r in rows
-    ]
+def late_usage_summary(
+    conn: psycopg.Connection[Any], period: str | None = None
+) -> list[dict[str, Any]]:
+    """Late usage per (customer, period): lines stored for an invoiced period that its
+    issued revision lacks (:func:`streams.replay.late_usage`); the next replay --apply invoices them."""
+    from streams.replay import late_usage
+
+    groups: dict[tuple[str, str], dict[str, Any]] = {}
+    for line in late_usage(conn, period):
+        row = groups.setdefault(
+            (line.customer_id, line.billing_period),
+            {
+                "customer_id": line.customer_id,
+                "billing_period": line.billing_period,
+                "invoice": line.invoice_number,
+                "lines": 0,
+                "amount": 0,
+                "after_close": 0,
+            },
+        )
+        row["lines"] += 1
+        row["amount"] += line.amount
+        row["after_close"] += int(line.after_close)
+    return list(groups.values())
 
 
 def _periods(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
@@ -160,7 +157,7 @@ def collect(settings: Settings) -> StatusView:
                     "WHERE released_at IS NULL ORDER BY hold_id"
                 )
             ]
-            view.late_usage = late_usage(conn)
+            view.late_usage = late_usage_summary(conn)
             view.fences = [
                 {
                     "group": r[0],
