@@ -165,6 +165,18 @@ class WorkerSettings(BaseModel):
     max_jobs: int = 4
 
 
+class FaultSettings(BaseModel):
+    """Fault-injection hooks for the chaos tests (tests/chaos). All off by default;
+    never set them in production.
+
+    ``INVOICING_FAULT__KILL_AFTER_DB_COMMIT=1``: the invoicing worker SIGKILLs itself
+    right after an invoice job's database commit and before the marker's offset
+    commit — the crash window of :mod:`streams.invoicing.commit`, made deterministic.
+    """
+
+    kill_after_db_commit: bool = False
+
+
 class Settings(BaseSettings):
     """All settings, nested by section. See the module docstring for the environment names."""
 
@@ -183,3 +195,4 @@ class Settings(BaseSettings):
     fakes: FakeServicesSettings = FakeServicesSettings()
     stack: StackSettings = StackSettings()
     worker: WorkerSettings = WorkerSettings()
+    fault: FaultSettings = FaultSettings()

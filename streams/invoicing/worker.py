@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import signal
 import threading
@@ -148,6 +149,11 @@ class InvoicingWorker:
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         if not partitions:
             return
+        # librdkafka keeps a partition's pause flag across revoke/loss and re-assignment to
+        # the same consumer (measured with librdkafka 2.16): a partition paused for an invoice
+        # job when it was lost would come back paused and never be read again. A new
+        # assignment starts unpaused; our own state for it was cleared by _release.
+        consumer.resume(partitions)
         gm = group_metadata(consumer)
         for tp in partitions:
             token = fencing.FencingToken(
@@ -509,6 +515,8 @@ class InvoicingWorker:
                 result.detail,
                 result.seconds,
             )
+            if self.settings.fault.kill_after_db_commit:
+                _fault_kill_after_db_commit()
         commit_offsets(
             self.consumer, [TopicPartition(self.topic, partition, marker.source.offset + 1)]
         )
@@ -588,6 +596,19 @@ class InvoicingWorker:
             log.warning("closing the consumer: %s", exc)
         self.producer.flush(10)
         log.info("invoicing worker stopped: %s", dict(self.stats))
+
+
+def _fault_kill_after_db_commit() -> None:
+    """FAULT-INJECTION HOOK for the chaos tests, never for production: SIGKILL this
+    process now, after the invoice job's database commit and before the marker's
+    offset commit (``INVOICING_FAULT__KILL_AFTER_DB_COMMIT=1``, see
+    :class:`streams.settings.FaultSettings`). The next owner of the partition gets
+    the marker again and must find the invoice already written."""
+    log.error(
+        "fault injection: SIGKILL after the invoice's database commit, before the offset commit"
+    )
+    logging.shutdown()
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _header(msg: Record, name: str) -> str | None:
