@@ -16,7 +16,9 @@ committed, database write lost. Auto-commit and offset auto-store are off
 (:func:`streams.adapters.kafka.consumer_config`).
 
 A failed offset commit (rebalance in progress, fenced generation) is counted
-and logged; the records are redelivered to whoever owns the partition next.
+and logged; the records are redelivered to whoever owns the partition next. The
+invoicing worker retries it on each poll while it keeps the partition, so that
+the committed offset catches up even when no later record arrives.
 """
 
 from __future__ import annotations

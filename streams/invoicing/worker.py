@@ -142,6 +142,9 @@ class InvoicingWorker:
         self._pending_tokens: dict[int, fencing.FencingToken] = {}
         #: partition → offset to seek to when it resumes (records skipped while paused)
         self.rewind: dict[int, int] = {}
+        #: partition → next offset whose commit the broker refused (a rebalance in
+        #: progress) while we kept the partition: retried each poll until it succeeds
+        self.uncommitted: dict[int, int] = {}
         self.stats: dict[str, int] = defaultdict(int)
 
     # ------------------------------------------------------------------ rebalance callbacks
@@ -219,6 +222,7 @@ class InvoicingWorker:
             self.unclaimed.discard(tp.partition)
             self._pending_tokens.pop(tp.partition, None)
             self.rewind.pop(tp.partition, None)
+            self.uncommitted.pop(tp.partition, None)
         OWNED_PARTITIONS.set(len(self.owned))
 
     # ------------------------------------------------------------------ main loop
@@ -242,6 +246,7 @@ class InvoicingWorker:
         """One iteration: job results, pending claims and backoffs, then one poll."""
         self._collect_jobs()
         self._retry_claims()
+        self._retry_commits()
         self._end_backoffs()
         messages = self.consumer.consume(
             num_messages=self.settings.worker.batch_size, timeout=timeout_s
@@ -283,6 +288,25 @@ class InvoicingWorker:
             self._claim(token)
             if partition in self.owned:
                 self._resume(partition)
+
+    def _commit(self, partition: int, next_offset: int) -> None:
+        """Commit ``next_offset`` of ``partition`` (after the database commit). A commit
+        the broker refuses while we keep the partition (ILLEGAL_GENERATION or
+        REBALANCE_IN_PROGRESS during a cooperative rebalance) is retried each poll:
+        otherwise, with no later record on the partition, its committed offset would
+        stay behind for good (lag never 0) until the partition moved."""
+        if commit_offsets(self.consumer, [TopicPartition(self.topic, partition, next_offset)]):
+            if self.uncommitted.get(partition, -1) <= next_offset:
+                self.uncommitted.pop(partition, None)
+        else:
+            self.uncommitted[partition] = max(next_offset, self.uncommitted.get(partition, 0))
+
+    def _retry_commits(self) -> None:
+        for partition, next_offset in list(self.uncommitted.items()):
+            if partition in self.owned:
+                self._commit(partition, next_offset)
+            else:  # not ours any more: the next owner commits (or redoes, idempotently)
+                del self.uncommitted[partition]
 
     def _end_backoffs(self) -> None:
         now = time.monotonic()
@@ -425,7 +449,7 @@ class InvoicingWorker:
         RECORDS.labels("usage.recorded", "stored").inc(len(batch.usage) - len(conflicts))
         RECORDS.labels("customer.upserted", "stored").inc(len(batch.customers))
         self.stats["usage_stored"] += len(batch.usage) - len(conflicts)
-        commit_offsets(self.consumer, [TopicPartition(self.topic, partition, next_offset)])
+        self._commit(partition, next_offset)
         return True
 
     def _publish_conflict(self, record: store.UsageRecord, reason: str) -> None:
@@ -517,9 +541,7 @@ class InvoicingWorker:
             )
             if self.settings.fault.kill_after_db_commit:
                 _fault_kill_after_db_commit()
-        commit_offsets(
-            self.consumer, [TopicPartition(self.topic, partition, marker.source.offset + 1)]
-        )
+        self._commit(partition, marker.source.offset + 1)
         self.rewind.pop(partition, None)
         self._resume(partition, marker.source.offset + 1)
 
@@ -590,6 +612,7 @@ class InvoicingWorker:
             job.cancel.set()
         self.executor.shutdown(wait=True, cancel_futures=True)
         self._collect_jobs()
+        self._retry_commits()
         try:
             self.consumer.close()
         except (KafkaException, RuntimeError) as exc:
