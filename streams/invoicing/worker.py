@@ -207,6 +207,7 @@ class InvoicingWorker:
             job = self.jobs.pop(tp.partition, None)
             if job is not None:
                 job.cancel.set()
+                job.future.add_done_callback(self._orphan_done)
                 PARTITIONS_LOST_WITH_JOB.labels(how).inc()
                 self.stats["partitions_lost_with_job"] += 1
                 log.error(
@@ -476,6 +477,23 @@ class InvoicingWorker:
     def _flush_failed(self, partition: int, rewind_to: int, reason: str) -> None:
         self.backoff[partition] = time.monotonic() + self.retry_backoff_s
         self._pause(partition, rewind_to)
+
+    @staticmethod
+    def _orphan_done(future: Future[JobResult]) -> None:
+        """A job whose partition was revoked or lost ended (runs on the job's thread).
+        Nobody collects its result; a write it tried after the new owner's claim was
+        refused by the fence, and that refusal is reported here like any other."""
+        if future.cancelled() or future.exception() is not None:
+            return  # never started, or a bug run_invoice_job already logged
+        result = future.result()
+        if result.outcome is Outcome.FENCED:
+            FENCING_REFUSALS.labels("invoice").inc()
+            log.error(
+                "write refused by fencing on partition %s (invoice, after the partition "
+                "was revoked or lost): %s; dropping its work",
+                result.token.partition,
+                result.detail,
+            )
 
     def _fenced(self, partition: int, stage: str, exc: fencing.Fenced) -> None:
         FENCING_REFUSALS.labels(stage).inc()
