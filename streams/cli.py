@@ -15,6 +15,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from streams.drill.cli import drill_command
 from streams.replay_cli import replay_command
 from streams.schemas_cli import schemas_app
 from streams.settings import Settings
@@ -41,6 +42,7 @@ import_app = typer.Typer(help="Import usage into billing.account-events.v1.", no
 app.add_typer(import_app, name="import")
 app.add_typer(worker_app, name="worker")
 app.add_typer(connectors_app, name="connectors")
+app.command("drill")(drill_command)
 app.command("replay")(replay_command)
 app.add_typer(schemas_app, name="schemas")
 
