@@ -14,6 +14,11 @@ that reruns the test with it, and every failure message of this module repeats
 that command (``workload.rerun``). The seed fixes the workload (customers, amounts,
 regions, the order of events, the poison records), not the timing of the faults.
 
+**Report.** Each test prints :class:`InvariantReport` (fencing refusals, refused
+claims and partitions lost with a job in flight per worker; duplicates on the
+invoices topic; resent Message-IDs); with ``CHAOS_REPORT=<file>`` the reports are
+also appended to that file, for a summary of a whole run.
+
 **Invariants** (DESIGN §3), checked by :func:`check_invariants` on the sandbox's
 database, topics, Maildir and worker logs:
 
@@ -59,7 +64,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
 
 import httpx
 from confluent_kafka import KafkaError, Message
@@ -1005,10 +1009,6 @@ def write_report(
     if target is not None:
         with target.open("a") as fh:
             fh.write(text)
-
-
-def describe(obj: Any) -> str:
-    return repr(obj)
 
 
 def wait_group_stable(
