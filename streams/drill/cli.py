@@ -50,7 +50,7 @@ def drill_command(
     ] = (5, 50),
     lock_ttl: Annotated[
         float, typer.Option("--lock-ttl", help="naive: lock expiry, seconds.")
-    ] = 2.0,
+    ] = 4.0,
     max_poll_interval_ms: Annotated[
         int,
         typer.Option("--max-poll-interval-ms", help="safe: max.poll.interval.ms (>= 6000)."),

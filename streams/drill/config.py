@@ -1,8 +1,9 @@
 """What a drill run is made of: sizes, the compressed clock and the tax latencies.
 
 Compressed time (DESIGN §1 had a 60 s lock and invoices of 2-5 minutes): the
-lock TTL is 2 s and the tax service is slow per line, so that a large invoice
-takes several lock TTLs. Both modes get the same :class:`FakeTaxConfig`; the
+lock TTL is 4 s and the tax service is slow per line, so that a large invoice
+takes several lock TTLs (measured on a 2-core machine: 7-22 s, median 15 s, for
+the naive design's 1,000-3,000 per-line calls). Both modes get the same :class:`FakeTaxConfig`; the
 latency model is per request (``base + per_line * lines``, plus a spike with
 some probability), so the naive design — one request per line — pays the base
 and meets the spikes once per line, as it did in production.
@@ -43,7 +44,7 @@ class DrillConfig:
         large_lines / small_lines: inclusive (min, max) usage lines of a large / small customer.
         workers: worker threads (naive) or invoicing worker processes (safe); default 8.
         seed: makes the customer set (sizes, amounts, regions) deterministic.
-        lock_ttl_s: naive: the per-customer lock's expiry (seconds, ``EX``; default 2).
+        lock_ttl_s: naive: the per-customer lock's expiry (seconds; default 4).
         max_poll_interval_ms / session_timeout_ms: safe: the consumer-group lease
             (milliseconds; the broker's minimum session timeout is 6,000).
         tax: the fake tax service's knobs (both modes).
@@ -57,7 +58,7 @@ class DrillConfig:
     small_lines: tuple[int, int] = (5, 50)
     workers: int = 8
     seed: int = 1
-    lock_ttl_s: float = 2.0
+    lock_ttl_s: float = 4.0
     max_poll_interval_ms: int = 6000
     session_timeout_ms: int = 6000
     tax: FakeTaxConfig = field(default_factory=default_tax)

@@ -14,6 +14,7 @@ Expectations (the exit status of ``invoicing drill``):
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -57,6 +58,8 @@ class DrillReport:
     #: Tax documents committed at the service beyond one per line (naive) / per invoice (safe).
     duplicate_tax_commits: int = 0
     longest_job_s: float = 0.0
+    #: Invoice jobs of large customers: (min, median, max) seconds, to compare with the lease.
+    large_job_s: tuple[float, float, float] = (0.0, 0.0, 0.0)
     setup_s: float = 0.0
     wall_s: float = 0.0
     workdir: str = ""
@@ -111,6 +114,11 @@ class DrillReport:
             ),
             row("tax requests", "tax_requests", self.tax_requests),
             row("duplicate tax commits", "duplicate_tax_commits", self.duplicate_tax_commits),
+            row(
+                "large invoice jobs min / median / max",
+                "longest_job_s",
+                " / ".join(f"{v:.1f}" for v in self.large_job_s) + " s",
+            ),
             row("longest invoice job", "longest_job_s", f"{self.longest_job_s:.1f} s"),
             row("setup time", "setup_s", f"{self.setup_s:.1f} s"),
             row("wall time", "wall_s", f"{self.wall_s:.1f} s"),
@@ -133,6 +141,13 @@ class DrillReport:
         data["ok"] = self.ok
         data["expectation"] = self.expectation
         return data
+
+
+def spread(values: list[float]) -> tuple[float, float, float]:
+    """(min, median, max) of ``values``; zeros when empty."""
+    if not values:
+        return (0.0, 0.0, 0.0)
+    return (min(values), statistics.median(values), max(values))
 
 
 def duplicate_counts(per_key: dict[str, int]) -> tuple[int, int, int]:

@@ -29,13 +29,17 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
+import httpx
+import psycopg
+from confluent_kafka import KafkaException
+
 from streams.adapters.kafka import make_producer
 from streams.adapters.maildir import count_by_header
 from streams.domain.codec import encode
 from streams.drill import DrillError
 from streams.drill.config import DrillConfig
 from streams.drill.customers import DrillCustomer, generate_customers, usage_events
-from streams.drill.report import DrillReport, duplicate_counts
+from streams.drill.report import DrillReport, duplicate_counts, spread
 from streams.importers.close_period import close_period
 from streams.sandbox import Pipeline, isolated_pipeline
 from streams.settings import Settings
@@ -43,7 +47,7 @@ from streams.topics import ACCOUNT_EVENTS
 
 FENCING_LINE = "write refused by fencing"
 LOST_LINE = "partition lost while a job was in flight"
-_JOB_SECONDS = re.compile(r" invoiced \S+ \S+: \S+ .*\((\d+(?:\.\d+)?)s\)$", re.MULTILINE)
+_JOB_SECONDS = re.compile(r" invoiced (\S+) \S+: \S+ .*\((\d+(?:\.\d+)?)s\)$", re.MULTILINE)
 
 
 def run_safe(
@@ -92,35 +96,55 @@ def run_safe(
             "wall_s": "workers start → all invoiced and emailed",
         },
     )
-    with isolated_pipeline(
-        settings,
-        f"drill{run_tag}",
-        workdir,
-        max_poll_interval_ms=config.max_poll_interval_ms,
-        session_timeout_ms=config.session_timeout_ms,
-    ) as p:
-        knobs = config.tax.model_dump()
-        if knobs.get("seed") is None:
-            knobs["seed"] = config.seed
-        p.tax.admin.configure(**knobs)
-        lines = _produce(p, customers, config.period)
-        report.setup_s = time.monotonic() - began
-        say(
-            f"safe: {len(customers)} customers, {lines} usage events produced; "
-            f"starting {config.workers} invoicing workers and an email sender"
-        )
-        started = time.monotonic()
-        p.workers.start("invoicing", config.workers)
-        p.workers.start("email", 1)
-        _wait_claimed(p, min(config.workers, ACCOUNT_EVENTS.partitions), config.timeout_s)
-        say(
-            f"safe: {time.monotonic() - started:.0f} s: every partition claimed; closing {config.period}"
-        )
-        close_period(config.period, p.settings, progress=False)
-        _wait_done(p, customers, config, started, say)
-        report.wall_s = time.monotonic() - started
-        _count(report, p, customers)
+    counted = False
+    try:
+        with isolated_pipeline(
+            settings,
+            f"drill{run_tag}",
+            workdir,
+            max_poll_interval_ms=config.max_poll_interval_ms,
+            session_timeout_ms=config.session_timeout_ms,
+        ) as p:
+            _run(p, report, customers, config, began, say)
+            counted = True
+    except (psycopg.Error, httpx.HTTPError, KafkaException) as exc:
+        if not counted:
+            raise
+        # The counts are taken; a sandbox that cannot be torn down does not change them.
+        say(f"safe: tearing the sandbox down failed: {exc}")
     return report
+
+
+def _run(
+    p: Pipeline,
+    report: DrillReport,
+    customers: list[DrillCustomer],
+    config: DrillConfig,
+    began: float,
+    say: Callable[[str], None],
+) -> None:
+    """Steps 1-5 of the module docstring, inside the sandbox."""
+    knobs = config.tax.model_dump()
+    if knobs.get("seed") is None:
+        knobs["seed"] = config.seed
+    p.tax.admin.configure(**knobs)
+    lines = _produce(p, customers, config.period)
+    report.setup_s = time.monotonic() - began
+    say(
+        f"safe: {len(customers)} customers, {lines} usage events produced; "
+        f"starting {config.workers} invoicing workers and an email sender"
+    )
+    started = time.monotonic()
+    p.workers.start("invoicing", config.workers)
+    p.workers.start("email", 1)
+    _wait_claimed(p, min(config.workers, ACCOUNT_EVENTS.partitions), config.timeout_s)
+    say(
+        f"safe: {time.monotonic() - started:.0f} s: every partition claimed; closing {config.period}"
+    )
+    close_period(config.period, p.settings, progress=False)
+    _wait_done(p, customers, config, started, say)
+    report.wall_s = time.monotonic() - started
+    _count(report, p, customers)
 
 
 def _produce(p: Pipeline, customers: list[DrillCustomer], period: str) -> int:
@@ -247,7 +271,10 @@ def _count(report: DrillReport, p: Pipeline, customers: list[DrillCustomer]) -> 
     logs = _logs(p)
     report.fencing_refusals = logs.count(FENCING_LINE)
     report.leases_lost = logs.count(LOST_LINE)
-    report.longest_job_s = max((float(s) for s in _JOB_SECONDS.findall(logs)), default=0.0)
+    jobs = [(customer, float(s)) for customer, s in _JOB_SECONDS.findall(logs)]
+    large = {c.customer_id for c in customers if c.large}
+    report.longest_job_s = max((s for _, s in jobs), default=0.0)
+    report.large_job_s = spread([s for customer, s in jobs if customer in large])
 
     records = p.tax.admin.requests()
     report.tax_requests = len(records)

@@ -10,7 +10,7 @@ import pytest
 
 from streams.drill.config import DrillConfig
 from streams.drill.customers import generate_customers, usage_events
-from streams.drill.report import DrillReport, duplicate_counts
+from streams.drill.report import DrillReport, duplicate_counts, spread
 
 STREAMS = Path(__file__).resolve().parents[2] / "streams"
 NAIVE = "streams.drill.naive"
@@ -206,3 +206,8 @@ def test_both_modes_print_the_same_rows() -> None:
         "writes refused by fencing",
         "wall time",
     } <= set(naive)
+
+
+def test_spread() -> None:
+    assert spread([3.0, 1.0, 2.0, 10.0]) == (1.0, 2.5, 10.0)
+    assert spread([]) == (0.0, 0.0, 0.0)
