@@ -225,6 +225,7 @@ class InvoicingWorker:
             self.rewind.pop(tp.partition, None)
             self.uncommitted.pop(tp.partition, None)
         OWNED_PARTITIONS.set(len(self.owned))
+        JOBS_IN_FLIGHT.set(len(self.jobs))
 
     # ------------------------------------------------------------------ main loop
 

@@ -113,7 +113,9 @@ def drain(
 def partitions_of(messages: Iterable[Message]) -> dict[bytes, set[int]]:
     result: dict[bytes, set[int]] = {}
     for msg in messages:
-        result.setdefault(msg.key() or b"", set()).add(msg.partition())
+        key, partition = msg.key(), msg.partition()
+        if partition is not None:
+            result.setdefault(bytes(key or b""), set()).add(partition)
     return result
 
 
