@@ -24,7 +24,9 @@ def test_alert_rules_name_defined_metrics() -> None:
     for group in rules["groups"]:
         for rule in group["rules"]:
             assert rule["alert"] and rule["expr"] and rule["labels"]["severity"]
-            used |= {m.removesuffix("_bucket") for m in re.findall(r"invoicing_[a-z_]+", rule["expr"])}
+            used |= {
+                m.removesuffix("_bucket") for m in re.findall(r"invoicing_[a-z_]+", rule["expr"])
+            }
     missing = used - defined
     assert not missing, f"alert rules name undefined metrics: {sorted(missing)}"
     assert len(used) >= 10
