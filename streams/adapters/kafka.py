@@ -70,6 +70,9 @@ def consumer_config(kafka: KafkaSettings, group_id: str, **overrides: Any) -> di
         "auto.offset.reset": "earliest",
         "max.poll.interval.ms": kafka.max_poll_interval_ms,
         "isolation.level": "read_committed",
+        # A partition resumed after an invoice job joins the *next* fetch request; with
+        # the default 500 ms broker wait an idle fetch delays every marker behind it.
+        "fetch.wait.max.ms": 50,
     }
     if kafka.group_protocol == "consumer":
         # KIP-848: the broker assigns; session/heartbeat/assignor are broker-side settings.

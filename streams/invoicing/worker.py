@@ -245,14 +245,17 @@ class InvoicingWorker:
             self._shutdown()
 
     def poll_once(self, timeout_s: float = 0.5) -> None:
-        """One iteration: job results, pending claims and backoffs, then one poll."""
+        """One iteration: job results, pending claims and backoffs, then one poll.
+
+        While invoice jobs run, the poll waits at most 50 ms so that a finished
+        job's partition is resumed promptly (the next marker of that partition
+        waits for it); otherwise up to ``timeout_s``.
+        """
         self._collect_jobs()
         self._retry_claims()
         self._retry_commits()
         self._end_backoffs()
-        messages = self.consumer.consume(
-            num_messages=self.settings.worker.batch_size, timeout=timeout_s
-        )
+        messages = self._fetch(min(timeout_s, 0.05) if self.jobs else timeout_s)
         by_partition: dict[int, list[Record]] = defaultdict(list)
         for msg in messages:
             err = msg.error()
@@ -263,6 +266,19 @@ class InvoicingWorker:
             by_partition[record.partition].append(record)
         for partition, msgs in by_partition.items():
             self._handle_partition(partition, msgs)
+
+    def _fetch(self, timeout_s: float) -> list[Any]:
+        """Up to ``batch_size`` records: what is already fetched, else wait up to
+        ``timeout_s`` for the first one. (``consume(n, timeout)`` alone waits the whole
+        timeout unless ``n`` records arrive, which would delay every marker.)"""
+        batch = self.settings.worker.batch_size
+        messages = self.consumer.consume(num_messages=batch, timeout=0)
+        if messages:
+            return list(messages)
+        first = self.consumer.poll(timeout_s)
+        if first is None:
+            return []
+        return [first, *self.consumer.consume(num_messages=batch - 1, timeout=0)]
 
     def _pause(self, partition: int, rewind_to: int | None) -> None:
         """Pause ``partition``; when it resumes it restarts at the lowest ``rewind_to`` given
