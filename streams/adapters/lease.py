@@ -496,12 +496,15 @@ class Lease:
     # ------------------------------------------------------------------ lost
 
     def _mark_lost(self, reason: str) -> bool:
-        """Record that the lease ended while held; once. Returns whether this call did it."""
+        """Record that the lease ended while held; once. Returns whether this call did it.
+
+        Order: the metric, the log line and the ``on_lost`` callback run first and
+        :attr:`lost` is set last, so whoever wakes on :attr:`lost` sees all of them.
+        """
         with self._state_lock:
-            if self.lost.is_set():
+            if self.lost.is_set() or self._lost_reason is not None:
                 return False
             self._lost_reason = reason
-            self.lost.set()
         self._stop.set()
         LEASE_LOST_WHILE_RUNNING.labels(lease=self.name).inc()
         logger.error(
@@ -516,6 +519,7 @@ class Lease:
                 self._on_lost(self, reason)
             except Exception:  # a broken callback must not hide the loss
                 logger.exception("lease %s: on_lost callback failed", self.name)
+        self.lost.set()
         return True
 
     @property
@@ -538,7 +542,7 @@ class Lease:
         silent = time.monotonic() - self._last_renewed
         if not self.lost.is_set() and silent >= self.ttl_s:
             self._mark_lost(f"no successful renewal for {silent:.2f}s (TTL {self.ttl_s}s)")
-        if self.lost.is_set():
+        if self.lost.is_set() or self._lost_reason is not None:
             reason = self._lost_reason or "lost"
             raise LeaseLost(
                 f"lease {self.name!r} (fencing token {self.fencing_token}) was lost: {reason}",
