@@ -206,7 +206,7 @@ def run_demo(
             ) as progress,
         ):
             invoiced_task = progress.add_task("invoices issued", total=wanted)
-            emailed_task = progress.add_task("invoices emailed", total=wanted)
+            emailed_task = progress.add_task("emailed (or zero total)", total=wanted)
             while time.monotonic() < deadline:
                 invoiced, emailed = progress_counts(conn, expected)
                 progress.update(invoiced_task, completed=invoiced)

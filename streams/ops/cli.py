@@ -24,11 +24,10 @@ fences_app = typer.Typer(help="Partition fencing tokens (partition_fences).", no
 outbox_app = typer.Typer(help="The transactional outbox.", no_args_is_help=True)
 
 
-def _table(title: str, rows: list[dict[str, object]]) -> Table:
-    table = Table(title=title)
+def _table(title: str, rows: list[dict[str, object]]) -> Table | str:
     if not rows:
-        table.add_column("(none)")
-        return table
+        return f"{title}: none"
+    table = Table(title=title)
     for col in rows[0]:
         table.add_column(str(col))
     for row in rows:
