@@ -146,12 +146,13 @@ def insert_usage(
             )
         }
     conflicts: list[UsageConflict] = []
-    seen: dict[str, str] = {}
+    # The stored row is the first occurrence (an earlier batch, or the first of this
+    # batch: executemany inserts in order). A record conflicts only with it; a later
+    # exact duplicate of the stored payload is a no-op even when a conflicting record
+    # came between them in the batch.
     for record in records:
-        digest = record.payload_sha256
-        first_in_batch = seen.setdefault(record.event_id, digest)
         stored_digest, stored_source = stored[record.event_id]
-        if digest != stored_digest or digest != first_in_batch:
+        if record.payload_sha256 != stored_digest:
             conflicts.append(UsageConflict(record, stored_digest, stored_source))
     return conflicts
 
