@@ -78,13 +78,18 @@ def release_hold(
     released_by: str,
     note: str,
 ) -> list[str]:
-    """Release ``hold_id`` and re-send close markers for the closes it held.
+    """Release ``hold_id`` and (re-)send close markers for the closes it held.
 
-    Returns the billing periods re-closed. The hold row is updated only after the
-    markers were delivered, so a failed release can simply be run again.
+    Order: the hold row is marked released and **committed first**, then the
+    markers are sent — a worker that reads a marker must find the hold released,
+    or it would hold the close again. Idempotent: releasing a released hold
+    re-sends the same markers (deterministic ids), so a release whose markers
+    were not delivered is simply run again.
+
+    ``conn`` must be in autocommit mode. Returns the billing periods re-closed.
 
     Raises:
-        HoldError: no such hold, or it was released already.
+        HoldError: no such hold, or the markers were not delivered (run it again).
     """
     row = conn.execute(
         "SELECT customer_id, billing_period, released_at FROM invoice_holds WHERE hold_id = %s",
@@ -93,8 +98,12 @@ def release_hold(
     if row is None:
         raise HoldError(f"no hold #{hold_id}")
     customer_id, period, released_at = row
-    if released_at is not None:
-        raise HoldError(f"hold #{hold_id} was released at {released_at.isoformat()}")
+    if released_at is None:
+        conn.execute(
+            "UPDATE invoice_holds SET released_at = now(), released_by = %s, release_note = %s "
+            "WHERE hold_id = %s AND released_at IS NULL",
+            (released_by, note, hold_id),
+        )
     periods = [
         r[0]
         for r in conn.execute(
@@ -112,6 +121,7 @@ def release_hold(
         )
     }
     errors: list[str] = []
+    sent: list[str] = []
     for billing_period in periods:
         if billing_period in still_held or "*" in still_held:
             continue  # another open hold still blocks this period: its release will re-close
@@ -130,12 +140,10 @@ def release_hold(
             headers=[(name, value) for name, value in record.headers],
             on_delivery=lambda err, _msg: errors.append(str(err)) if err else None,
         )
+        sent.append(billing_period)
     if producer.flush(30) or errors:
         raise HoldError(
-            f"re-close markers for hold #{hold_id} not delivered: {errors or 'timeout'}"
+            f"hold #{hold_id} is released but its re-close markers were not delivered "
+            f"({errors or 'timeout'}): run the release again to re-send them"
         )
-    conn.execute(
-        "UPDATE invoice_holds SET released_at = now(), released_by = %s, release_note = %s WHERE hold_id = %s",
-        (released_by, note, hold_id),
-    )
-    return periods
+    return sent
