@@ -25,6 +25,10 @@ from streams.domain.events import CustomerUpserted, InvoiceIssued, UsageRecorded
 from streams.domain.invoice import InvoiceTotals, TaxedLine, UsageLine
 
 
+class InvoiceNumberTaken(Exception):
+    """An invoice number was already used by another document (an integrity error)."""
+
+
 @dataclass(frozen=True)
 class SourceCoordinates:
     """Where a record was read: topic, partition, offset."""
@@ -377,9 +381,17 @@ def insert_invoice(
     lease_fencing_token: int | None,
     issued_at: datetime,
 ) -> bool:
-    """Insert the invoice and its lines. Returns False (nothing written) when a row for
-    (customer, period, revision) or a current revision already exists: ``INSERT … ON
-    CONFLICT DO NOTHING`` (DESIGN "Ownership and fencing")."""
+    """Insert the invoice and its lines. Returns False (nothing written) when the same
+    invoice id, a row for (customer, period, revision), or a current revision of
+    (customer, period) already exists: ``INSERT … ON CONFLICT DO NOTHING`` (DESIGN
+    "Ownership and fencing"; the constraints are in migration 0001).
+
+    Raises:
+        InvoiceNumberTaken: the only conflict was ``invoice_number`` (the number
+            series fell out of step with the numbers issued): never read as "already
+            invoiced", which would leave the customer silently without an invoice.
+        psycopg.Error: the database failed.
+    """
     totals = draft.totals
     first = min((line.source_offset for line in draft.lines), default=None)
     last = max((line.source_offset for line in draft.lines), default=None)
@@ -423,6 +435,22 @@ def insert_invoice(
         ),
     ).fetchone()
     if row is None:
+        same = conn.execute(
+            """
+            SELECT 1 FROM invoices
+             WHERE invoice_id = %s
+                OR (customer_id = %s AND billing_period = %s
+                    AND (revision = %s OR status = 'issued'))
+             LIMIT 1
+            """,
+            (draft.invoice_id, draft.customer.customer_id, draft.billing_period, draft.revision),
+        ).fetchone()
+        if same is None:
+            raise InvoiceNumberTaken(
+                f"invoice number {number} is already used by another invoice; "
+                f"{draft.customer.customer_id} {draft.billing_period} revision {draft.revision} "
+                "was not written (check document_counters against the invoices issued)"
+            )
         return False
     taxed = {t.line_id: t for t in draft.taxed}
     with conn.cursor() as cur:

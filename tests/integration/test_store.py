@@ -1,14 +1,28 @@
-"""Usage deduplication against the real database (rolled back after each test)."""
+"""Usage deduplication and invoice conflicts against the real database (rolled back
+after each test)."""
 
 from __future__ import annotations
 
+import uuid
 from datetime import UTC, datetime
 from decimal import Decimal
+from typing import Any
 
 import psycopg
+import pytest
 
 from streams.domain.events import UsageRecorded
-from streams.invoicing.store import SourceCoordinates, UsageRecord, insert_usage
+from streams.domain.invoice import InvoiceTotals
+from streams.invoicing.store import (
+    CloseMarker,
+    Customer,
+    InvoiceDraft,
+    InvoiceNumberTaken,
+    SourceCoordinates,
+    UsageRecord,
+    insert_invoice,
+    insert_usage,
+)
 from streams.settings import Settings
 
 
@@ -53,5 +67,54 @@ def test_first_occurrence_in_a_batch_wins(settings: Settings, unique: str) -> No
                 "SELECT amount, source_offset FROM usage_lines WHERE event_id = %s", (event_id,)
             ).fetchone()
             assert amount == (Decimal("2.00"), 5)
+        finally:
+            conn.rollback()
+
+
+def _draft(customer: str, invoice_id: str, period: str = "2026-01") -> InvoiceDraft:
+    totals = InvoiceTotals(
+        currency="USD",
+        line_count=0,
+        subtotal=Decimal("0"),
+        taxes=(),
+        tax_total=Decimal("0"),
+        total=Decimal("0"),
+        largest_lines=(),
+        source=(),
+    )
+    return InvoiceDraft(
+        invoice_id=invoice_id,
+        revision=1,
+        customer=Customer(customer, "Name", "billing@example.invalid", "USD"),
+        billing_period=period,
+        totals=totals,
+        lines=(),
+        taxed=(),
+        marker=CloseMarker(
+            f"close-{invoice_id}", customer, period, "closed", SourceCoordinates("t", 0, 9)
+        ),
+    )
+
+
+def test_an_invoice_number_clash_is_an_error_not_already_invoiced(
+    settings: Settings, unique: str
+) -> None:
+    number = f"INV-TEST-{unique}"
+    kw: dict[str, Any] = {
+        "fence": None,
+        "lease_fencing_token": None,
+        "issued_at": datetime.now(UTC),
+    }
+    with psycopg.connect(settings.postgres.dsn()) as conn:
+        try:
+            first = _draft(f"a-{unique}", str(uuid.uuid4()))
+            assert insert_invoice(conn, first, number=number, **kw) is True
+            # the same invoice again (a redelivery): nothing written, not an error
+            again = _draft(f"a-{unique}", str(uuid.uuid4()))
+            assert insert_invoice(conn, again, number=f"{number}-2", **kw) is False
+            # another customer's invoice under a number already used: refused loudly
+            other = _draft(f"b-{unique}", str(uuid.uuid4()))
+            with pytest.raises(InvoiceNumberTaken, match=number):
+                insert_invoice(conn, other, number=number, **kw)
         finally:
             conn.rollback()
