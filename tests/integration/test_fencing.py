@@ -56,9 +56,8 @@ def test_claims_move_only_upward(conn: psycopg.Connection[Any], unique: str) -> 
 
 def test_a_stale_token_cannot_write(conn: psycopg.Connection[Any], unique: str) -> None:
     old, new = _token(unique, 5, "member-a"), _token(unique, 6, "member-b")
-    with pytest.raises(Fenced, match="no claim"):
-        with conn.transaction():
-            fencing.check(conn, old)  # nobody claimed the partition yet
+    with pytest.raises(Fenced, match="no claim"), conn.transaction():
+        fencing.check(conn, old)  # nobody claimed the partition yet
     fencing.claim(conn, old)
     with conn.transaction():
         fencing.check(conn, old)
@@ -99,9 +98,8 @@ def test_a_claim_waits_for_the_write_in_flight(
         assert claimed.wait(10.0), f"the claim never completed: {errors}"
         thread.join(5)
         assert not errors
-        with pytest.raises(Fenced):
-            with writer.transaction():
-                fencing.check(writer, old)
+        with pytest.raises(Fenced), writer.transaction():
+            fencing.check(writer, old)
     assert _stored(conn, old) == (6, "member-b")
 
 
