@@ -62,9 +62,9 @@ def test_a_stale_token_cannot_write(conn: psycopg.Connection[Any], unique: str) 
     with conn.transaction():
         fencing.check(conn, old)
     fencing.claim(conn, new)
-    with pytest.raises(Fenced, match="fence holds generation 6 member member-b"):
-        with conn.transaction():
-            fencing.check(conn, old)
+    held = "fence holds generation 6 member member-b"
+    with pytest.raises(Fenced, match=held), conn.transaction():
+        fencing.check(conn, old)
     with conn.transaction():
         fencing.check(conn, new)
 
