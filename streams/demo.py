@@ -6,11 +6,13 @@
    email sender;
 4. closes every billing period present in the file (``close-period``);
 5. waits, with a progress bar, until every (customer, period) of the file has an
-   invoice and every invoice is emailed (or recorded as not emailed because its
-   total is zero);
-6. prints the result and the reconciliation: for each (customer, month) the exact
-   sum of ``BilledCost`` rounded once (half-even, minor unit) against the invoice
-   subtotal. Exit status 1 on any mismatch or missing invoice.
+   invoice and every invoice's email is settled (sent, or recorded as not sent
+   with a reason: zero total, refused by SMTP, not renderable);
+6. prints the reconciliation: for each (customer, month) the exact sum of
+   ``BilledCost`` (read with the ``csv`` module, independently of the importer)
+   rounded once (half-even, minor unit) against the invoice subtotal, then the
+   summary. Exit status 1 on any mismatch, missing invoice, or invoice with a
+   non-zero total that was not emailed.
 
 Running it again changes nothing: the import deduplicates, the close markers
 have the same ids, and the invoices already exist (the table shows the same
@@ -19,9 +21,11 @@ result).
 
 from __future__ import annotations
 
+import csv
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -31,7 +35,6 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from streams.domain.focus import FocusUsage, iter_focus_rows
 from streams.domain.money import round_money
 from streams.processes import WorkerGroup
 from streams.settings import Settings
@@ -41,30 +44,73 @@ DEFAULT_SAMPLE = Path("examples/focus/focus_sample.csv")
 
 @dataclass(frozen=True)
 class Expected:
-    """What the file says each (customer, period) must be invoiced: exact sums and currency."""
+    """What the file says each (customer, period) must be invoiced: exact sums and
+    currency; ``rows`` summed, and ``unreadable`` rows (line number, reason) that
+    could not be attributed to a (customer, period)."""
 
     sums: dict[tuple[str, str], Decimal]
     currency: dict[tuple[str, str], str]
     rows: int
+    unreadable: tuple[tuple[int, str], ...] = ()
 
     @property
     def periods(self) -> list[str]:
         return sorted({period for _, period in self.sums})
 
 
+def _utc_month(text: str) -> str:
+    """``YYYY-MM`` of a FOCUS date-time in UTC: without an offset it is UTC (FOCUS 1.0
+    requires UTC date-times), with one it is converted. Raises ValueError otherwise."""
+    moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    if moment.tzinfo is not None:
+        moment = moment.astimezone(UTC)
+    return f"{moment.year:04d}-{moment.month:02d}"
+
+
 def expected_from_file(path: Path, *, customer_prefix: str = "") -> Expected:
-    """Exact sum of amounts per (customer, period) of a FOCUS file (independent of Kafka and the DB)."""
+    """Exact sum of ``BilledCost`` per (``SubAccountId``, UTC month of
+    ``BillingPeriodStart``) of a FOCUS CSV, read with the standard ``csv`` module only.
+
+    Deliberately independent of the importer (:mod:`streams.domain.focus`): a row the
+    importer maps wrongly or skips shows up as a mismatch here instead of dropping out
+    of both sides. Rows without a usable ``SubAccountId``, ``BillingPeriodStart``,
+    ``BilledCost`` or ``BillingCurrency`` (empty or the literal ``NULL``) are listed
+    in ``unreadable`` with their line number (the header is line 1). Money is
+    ``Decimal``; nothing is rounded here.
+
+    Raises:
+        OSError: the file cannot be read.
+    """
     sums: dict[tuple[str, str], Decimal] = defaultdict(Decimal)
     currency: dict[tuple[str, str], str] = {}
+    unreadable: list[tuple[int, str]] = []
     rows = 0
     with path.open(newline="", encoding="utf-8-sig") as fh:
-        for result in iter_focus_rows(fh):
-            if isinstance(result, FocusUsage):
-                key = (customer_prefix + result.usage.customer_id, result.usage.billing_period)
-                sums[key] += result.usage.amount
-                currency[key] = result.usage.currency
-                rows += 1
-    return Expected(dict(sums), currency, rows)
+        reader = csv.DictReader(fh)
+        for row in reader:
+            line = reader.line_num
+            values = {
+                name: (row.get(name) or "").strip()
+                for name in ("SubAccountId", "BillingPeriodStart", "BilledCost", "BillingCurrency")
+            }
+            empty = [name for name, value in values.items() if value in ("", "NULL")]
+            if empty:
+                unreadable.append((line, f"missing {', '.join(empty)}"))
+                continue
+            try:
+                period = _utc_month(values["BillingPeriodStart"])
+                amount = Decimal(values["BilledCost"])
+            except (ValueError, ArithmeticError) as exc:
+                unreadable.append((line, f"unreadable value: {exc}"))
+                continue
+            if not amount.is_finite():
+                unreadable.append((line, f"BilledCost {values['BilledCost']!r} is not finite"))
+                continue
+            key = (customer_prefix + values["SubAccountId"], period)
+            sums[key] += amount
+            currency[key] = values["BillingCurrency"]
+            rows += 1
+    return Expected(dict(sums), currency, rows, tuple(unreadable))
 
 
 @dataclass
@@ -75,16 +121,27 @@ class DemoReport:
     invoices: int = 0
     emails_sent: int = 0
     emails_skipped_zero_total: int = 0
+    #: invoices with a non-zero total that were not emailed: (invoice id, status/reason)
+    emails_not_sent: list[tuple[str, str]] = field(default_factory=list)
     total_by_currency: dict[str, Decimal] = field(default_factory=dict)
     matches: int = 0
     mismatches: list[tuple[str, str, Decimal, Decimal | None]] = field(default_factory=list)
     missing: list[tuple[str, str]] = field(default_factory=list)
+    #: per (customer, period): exact Σ BilledCost, that sum rounded, the invoice subtotal
+    pairs: list[tuple[str, str, Decimal, Decimal, Decimal | None]] = field(default_factory=list)
+    #: rows of the file that could not be reconciled (line number, reason)
+    unreadable_rows: tuple[tuple[int, str], ...] = ()
     duplicate_emails: int = 0
     timings: dict[str, float] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
-        return not self.mismatches and not self.missing and self.duplicate_emails == 0
+        return (
+            not self.mismatches
+            and not self.missing
+            and not self.emails_not_sent
+            and self.duplicate_emails == 0
+        )
 
 
 def progress_counts(conn: psycopg.Connection[Any], expected: Expected) -> tuple[int, int]:
@@ -110,12 +167,12 @@ def reconcile(
     conn: psycopg.Connection[Any], expected: Expected, maildir: Path | None
 ) -> DemoReport:
     """Compare the invoices with the file's exact sums, and count emails."""
-    report = DemoReport()
+    report = DemoReport(unreadable_rows=expected.unreadable)
     customers = sorted({c for c, _ in expected.sums})
     rows = conn.execute(
         """
         SELECT i.customer_id, i.billing_period, i.subtotal, i.total, i.currency, i.invoice_id::text,
-               d.status, d.message_id
+               d.status, d.message_id, d.skip_reason
           FROM invoices i
           LEFT JOIN email_deliveries d ON d.document_id = i.invoice_id AND d.document_type = 'invoice'
          WHERE i.status = 'issued' AND i.customer_id = ANY(%s) AND i.billing_period = ANY(%s)
@@ -128,6 +185,7 @@ def reconcile(
         currency = expected.currency[key]
         want = round_money(exact, currency)
         row = invoices.get(key)
+        report.pairs.append((key[0], key[1], exact, want, row[2] if row else None))
         if row is None:
             report.missing.append(key)
             continue
@@ -138,8 +196,11 @@ def reconcile(
         totals[row[4].strip()] += row[3]
         if row[6] == "sent":
             report.emails_sent += 1
-        elif row[6] == "skipped":
+        elif row[6] == "skipped" and row[8] == "zero_total":
             report.emails_skipped_zero_total += 1
+        else:  # refused by SMTP, not renderable, or not settled before the timeout
+            state = f"{row[6]} ({row[8]})" if row[6] else "no delivery recorded"
+            report.emails_not_sent.append((row[5], state))
     report.invoices = len(invoices)
     report.customers = len({c for c, _ in invoices})
     report.total_by_currency = dict(totals)
@@ -206,7 +267,9 @@ def run_demo(
             ) as progress,
         ):
             invoiced_task = progress.add_task("invoices issued", total=wanted)
-            emailed_task = progress.add_task("emailed (or zero total)", total=wanted)
+            emailed_task = progress.add_task(
+                "emails settled (sent or not, with a reason)", total=wanted
+            )
             while time.monotonic() < deadline:
                 invoiced, emailed = progress_counts(conn, expected)
                 progress.update(invoiced_task, completed=invoiced)
@@ -227,6 +290,17 @@ def run_demo(
 
 
 def print_report(report: DemoReport, console: Console) -> None:
+    """Print the reconciliation per (customer, month), then the summary table."""
+    # One line per pair, customer last: account ids are up to ~80 characters long and
+    # a bordered table would fold them on an 80-column terminal.
+    console.print("reconciliation per (customer, month): round(Σ BilledCost) vs invoice subtotal")
+    head = f"{'month':<8} {'Σ BilledCost (exact)':>22} {'rounded':>10} {'subtotal':>10}    customer"
+    console.print(head, markup=False, soft_wrap=True)
+    for customer, period, exact, want, got in report.pairs:
+        verdict = "??" if got is None else ("=" if got == want else "!=")
+        shown = "(none)" if got is None else str(got)
+        line = f"{period:<8} {exact:>22f} {want!s:>10} {shown:>10} {verdict:>2} {customer}"
+        console.print(line, markup=False, soft_wrap=True, highlight=False)
     table = Table(title="invoicing demo: FOCUS 1.0 sample")
     table.add_column("what")
     table.add_column("value", justify="right")
@@ -234,12 +308,14 @@ def print_report(report: DemoReport, console: Console) -> None:
     table.add_row("invoices issued", str(report.invoices))
     table.add_row("emails sent", str(report.emails_sent))
     table.add_row("not emailed (zero total)", str(report.emails_skipped_zero_total))
+    table.add_row("not emailed (refused, failed or pending)", str(len(report.emails_not_sent)))
     table.add_row("duplicate emails", str(report.duplicate_emails))
     for currency, total in sorted(report.total_by_currency.items()):
         table.add_row(f"sum of totals ({currency})", f"{total}")
     table.add_row("reconciliation: subtotal = round(Σ BilledCost)", f"{report.matches} match")
     table.add_row("reconciliation: mismatches", str(len(report.mismatches)))
     table.add_row("missing", str(len(report.missing)))
+    table.add_row("file rows not reconcilable", str(len(report.unreadable_rows)))
     for name, seconds in report.timings.items():
         table.add_row(f"time: {name}", f"{seconds:.1f} s")
     console.print(table)
@@ -252,3 +328,7 @@ def print_report(report: DemoReport, console: Console) -> None:
         console.print(detail)
     if report.missing:
         console.print(f"[red]missing:[/] {report.missing[:20]}")
+    if report.emails_not_sent:
+        console.print(f"[red]not emailed:[/] {report.emails_not_sent[:20]}")
+    for line, reason in report.unreadable_rows[:20]:
+        console.print(f"[yellow]file line {line}[/]: {reason}")
