@@ -330,5 +330,5 @@ def print_report(report: DemoReport, console: Console) -> None:
         console.print(f"[red]missing:[/] {report.missing[:20]}")
     if report.emails_not_sent:
         console.print(f"[red]not emailed:[/] {report.emails_not_sent[:20]}")
-    for line, reason in report.unreadable_rows[:20]:
-        console.print(f"[yellow]file line {line}[/]: {reason}")
+    for line_no, reason in report.unreadable_rows[:20]:
+        console.print(f"[yellow]file line {line_no}[/]: {reason}")
