@@ -70,7 +70,9 @@ def test_service_restarted_mid_run(
     p.tax.admin.configure(base_latency_s=FAST_TAX_S)
     wait_connector_running(p, w, timeout_s=120)
     took = wait_settled(p, w, timeout_s=180)
-    report = check_invariants(p, w)
+    # PostgreSQL down between the email sender's send and its mark: one resend under
+    # the same Message-ID is the documented worst case (DESIGN "Email").
+    report = check_invariants(p, w, max_email_copies=2 if service == "postgres" else 1)
     write_report(w, f"3 {service} restarted mid-run (settled {took:.0f}s after)", report)
     assert_tax_once(p, w)
 
@@ -195,6 +197,13 @@ def test_connect_killed_after_outbox_inserts(
     print(
         f"invoice.issued duplicates on the topic: {report.topic_duplicates}; resent emails {duplicates}"
     )
+    # The scenario is only a test if the crash did replay records (it did in every run
+    # measured: 3-10 duplicates); each one reached the email sender and was absorbed.
+    assert report.topic_duplicates >= 1, w.msg(
+        "Connect's restart published no duplicate: the fault missed its window"
+    )
+    assert report.email_duplicates_absorbed >= report.topic_duplicates, w.msg(report.summary())
+    assert duplicates == (0,), w.msg(f"emails sent twice: {duplicates}")
 
 
 @pytest.mark.timeout(300)

@@ -250,6 +250,9 @@ def test_rebalance_storm_never_fences_a_partition_that_stayed(
             f"storm: {cycles} cycles; partitions that never moved {sorted(stayed)}; "
             f"refusals by partition {dict(refused)}; lost with a job {report.lost_with_job}"
         )
+        assert stayed, w.msg(
+            f"every partition moved: the check below would be empty {by_partition}"
+        )
         assert not (set(refused) & stayed), w.msg(f"fenced on a partition that stayed: {refused}")
         assert report.claims_refused == 0, w.msg(report.summary())
         # A refusal on a partition that moved is fencing doing its job (a revoked job that
