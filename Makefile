@@ -39,7 +39,7 @@ format: setup ## Apply ruff formatting and safe fixes
 typecheck: setup ## mypy --strict on the package
 	$(BIN)/mypy
 
-compat: setup ## Refuse schema changes that break consumers (vs the merge base / previous commit)
+compat: setup ## Refuse schema changes that break consumers (vs every committed version of schemas/)
 	$(BIN)/invoicing schemas check-compat
 
 test-unit: setup ## Unit tests only (no services)

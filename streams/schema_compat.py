@@ -26,7 +26,9 @@ value, loosening a constraint, and any change to annotations (``title``, ``descr
 
 :func:`breaking_changes` is the pure comparison of two JSON Schemas;
 :func:`compare_trees` applies it to two ``schemas/`` folders; :func:`check_compat`
-reads the base from git (``git ls-tree`` / ``git show <ref>:schemas/...``).
+reads the bases from git (``git ls-tree`` / ``git show <ref>:schemas/...``): one
+given ref, or by default every committed version of the folder
+(:func:`history_bases`), so a breaking commit followed by others is still refused.
 
 Scope of the comparison: local ``$ref`` (``#/...``) are resolved, ``anyOf``/``oneOf``
 branches are matched by type, ``allOf`` members are merged; a remote ``$ref`` that
@@ -582,30 +584,59 @@ def read_git_folder(repo: Path, ref: str, folder: str) -> dict[str, str]:
     return files
 
 
-def default_base(repo: Path) -> str | None:
-    """The commit to compare against when none is given: the merge base with the
-    branch's upstream when HEAD has commits of its own, else the previous commit
-    (``HEAD~1``); None when there is none (a single commit, or not a git repository).
+def history_bases(repo: Path, folder: str) -> list[str]:
+    """Every committed version of ``folder`` to compare against when no base is given:
+    one commit per distinct tree of the folder, newest first, from ``git log -- folder``
+    (the folder's whole history, so a breaking commit stays refused after later
+    commits). Empty when the folder was never committed.
+
+    Raises:
+        BaseUnavailable: the repository is a shallow clone (its history of
+            ``folder`` is incomplete: ``git fetch --unshallow``, or pass a base), or git
+            failed.
     """
+    shallow = _git(repo, "rev-parse", "--is-shallow-repository")
+    if shallow.returncode != 0:
+        raise BaseUnavailable(f"git rev-parse failed in {repo}: {shallow.stderr.strip()}")
+    if shallow.stdout.strip() == "true":
+        raise BaseUnavailable(
+            f"{repo} is a shallow clone: the history of {folder}/ is incomplete, so a "
+            "breaking change could pass unseen; run `git fetch --unshallow` or pass --base REF"
+        )
     head = _git(repo, "rev-parse", "--verify", "--quiet", "HEAD")
     if head.returncode != 0:
-        return None
-    upstream = _git(repo, "rev-parse", "--verify", "--quiet", "@{upstream}")
-    if upstream.returncode == 0:
-        base = _git(repo, "merge-base", "HEAD", upstream.stdout.strip())
-        if base.returncode == 0 and base.stdout.strip() not in ("", head.stdout.strip()):
-            return base.stdout.strip()
-    previous = _git(repo, "rev-parse", "--verify", "--quiet", "HEAD~1")
-    return previous.stdout.strip() if previous.returncode == 0 else None
+        return []  # no commit yet
+    log = _git(repo, "log", "--format=%H", "HEAD", "--", folder)
+    if log.returncode != 0:
+        raise BaseUnavailable(f"git log -- {folder} failed: {log.stderr.strip()}")
+    bases: list[str] = []
+    seen: set[str] = set()
+    for commit in log.stdout.split():
+        tree = _git(repo, "rev-parse", "--verify", "--quiet", f"{commit}:{folder}")
+        key = tree.stdout.strip() if tree.returncode == 0 else f"none:{commit}"
+        if key not in seen:
+            seen.add(key)
+            bases.append(commit)
+    return bases
 
 
 @dataclass(frozen=True)
 class CompatReport:
-    """What :func:`check_compat` compared and found. ``base`` None = nothing to compare."""
+    """What :func:`check_compat` compared and found.
 
-    base: str | None
+    ``bases``: the commits compared against, newest first (empty = nothing to
+    compare); ``compared``: schema files present both on disk and in the newest base;
+    ``problems``: every distinct breaking change, each naming the commit it breaks.
+    """
+
+    bases: list[str]
     compared: int
     problems: list[Incompatibility]
+
+    @property
+    def base(self) -> str | None:
+        """The newest base compared against (None: nothing to compare)."""
+        return self.bases[0] if self.bases else None
 
     @property
     def ok(self) -> bool:
@@ -613,11 +644,15 @@ class CompatReport:
 
 
 def check_compat(schemas_dir: Path, base: str | None = None) -> CompatReport:
-    """Compare the ``schemas_dir`` folder as it is on disk against the same folder at
-    ``base`` (default: :func:`default_base`) in the git repository that holds it.
+    """Compare the ``schemas_dir`` folder as it is on disk against ``base`` in the git
+    repository that holds it or, when ``base`` is None, against every committed
+    version of the folder (:func:`history_bases`: compatibility is transitive, like
+    the Confluent Schema Registry's ``BACKWARD_TRANSITIVE`` mode, because consumers
+    read the topics from the beginning).
 
     Raises:
-        BaseUnavailable: ``base`` was given but cannot be read, or git failed.
+        BaseUnavailable: ``base`` was given but cannot be read, the clone is shallow
+            (default mode), or git failed.
         CompatError: a schema file is not valid JSON/YAML.
     """
     schemas_dir = schemas_dir.resolve()
@@ -627,13 +662,24 @@ def check_compat(schemas_dir: Path, base: str | None = None) -> CompatReport:
     if top.returncode != 0:
         if base is not None:
             raise BaseUnavailable(f"{schemas_dir} is not inside a git repository")
-        return CompatReport(None, 0, [])
+        return CompatReport([], 0, [])
     repo = Path(top.stdout.strip())
-    ref = base if base is not None else default_base(repo)
-    if ref is None:
-        return CompatReport(None, 0, [])
     folder = schemas_dir.relative_to(repo.resolve()).as_posix()
-    old = read_git_folder(repo, ref, folder)
+    refs = [base] if base is not None else history_bases(repo, folder)
     new = read_folder(schemas_dir)
-    compared = len(set(_schema_files(old)) & set(_schema_files(new)))
-    return CompatReport(ref, compared, compare_trees(old, new))
+    problems: list[Incompatibility] = []
+    seen: set[str] = set()
+    compared = 0
+    for n, ref in enumerate(refs):
+        old = read_git_folder(repo, ref, folder)
+        if n == 0:
+            compared = len(set(_schema_files(old)) & set(_schema_files(new)))
+        for problem in compare_trees(old, new):
+            if str(problem) in seen:
+                continue
+            seen.add(str(problem))
+            where = ref[:12] if base is None else ref
+            problems.append(
+                Incompatibility(problem.topic, problem.message, f"{problem.detail} (vs {where})")
+            )
+    return CompatReport(refs, compared, problems)

@@ -4,7 +4,8 @@ Also runnable without the console script: ``python -m streams.schemas_cli check-
 
 Exit codes of ``check-compat``: 0 compatible (or nothing to compare), 1 a breaking
 change (each printed as ``<topic> <message>: field '<path>': <why>``), 2 the base
-cannot be read (unknown ref, not a git repository, a file that does not parse).
+cannot be read (unknown ref, a shallow clone, not a git repository with --base, a
+file that does not parse).
 """
 
 from __future__ import annotations
@@ -59,8 +60,8 @@ def check_compat_command(
         str | None,
         typer.Option(
             "--base",
-            help="Git ref to compare against (default: the merge base with the upstream "
-            "branch, else the previous commit).",
+            help="Git ref to compare against (default: every committed version of the "
+            "schemas folder; a shallow clone is refused).",
         ),
     ] = None,
     folder: FolderOption = Path("schemas"),
@@ -83,16 +84,20 @@ def check_compat_command(
     if report.base is None:
         console.print("schemas compat: no earlier commit to compare against; nothing to check")
         return
-    short = report.base[:12]
+    against = (
+        report.base
+        if base is not None
+        else f"{len(report.bases)} committed version(s), newest {report.base[:12]}"
+    )
     for problem in report.problems:
         console.print(f"[red]breaking[/]: {problem}")
     if report.problems:
         console.print(
-            f"schemas compat: {len(report.problems)} breaking change(s) against {short}. "
+            f"schemas compat: {len(report.problems)} breaking change(s) against {against}. "
             "Ship them on a new topic version (<name>.vN+1) instead; see docs/subscribing.md."
         )
         raise typer.Exit(1)
-    console.print(f"schemas compat: {report.compared} schema file(s) compatible with {short}")
+    console.print(f"schemas compat: {report.compared} schema file(s) compatible with {against}")
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ from streams.schema_compat import (
     breaking_changes,
     check_compat,
     compare_trees,
-    default_base,
+    history_bases,
     read_folder,
 )
 
@@ -310,11 +310,11 @@ def run_command(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_the_command_against_a_git_repository(repo: Path) -> None:
-    # A single commit: nothing to compare, passes (a fresh clone with no difference).
-    assert default_base(repo) is None
+    # A single commit: compared with itself, passes (a fresh clone with no difference).
+    assert history_bases(repo, "schemas") == [git(repo, "rev-parse", "HEAD")]
     first = run_command(repo)
     assert first.returncode == 0, first.stderr
-    assert "nothing to check" in first.stderr
+    assert "compatible with 1 committed version" in " ".join(first.stderr.split())
 
     # An added optional field, committed: accepted against the previous commit.
     path = repo / "schemas" / INVOICE
@@ -322,7 +322,10 @@ def test_the_command_against_a_git_repository(repo: Path) -> None:
     schema["properties"]["purchase_order"] = {"type": "string", "default": ""}
     path.write_text(json.dumps(schema, indent=2), encoding="utf-8")
     git(repo, "commit", "-q", "-am", "add an optional field")
-    assert default_base(repo) == git(repo, "rev-parse", "HEAD~1")
+    assert history_bases(repo, "schemas") == [
+        git(repo, "rev-parse", "HEAD"),
+        git(repo, "rev-parse", "HEAD~1"),
+    ]
     added = run_command(repo)
     assert added.returncode == 0, added.stderr
     assert "compatible with" in added.stderr
@@ -348,3 +351,31 @@ def test_the_command_against_a_git_repository(repo: Path) -> None:
     shutil.move(repo / "schemas" / "billing.invoices.v1", v2)
     report = check_compat(repo / "schemas")
     assert report.ok, report.problems
+
+
+def test_a_committed_breaking_change_stays_refused_after_later_commits(repo: Path) -> None:
+    path = repo / "schemas" / INVOICE
+    schema = json.loads(path.read_text(encoding="utf-8"))
+    del schema["properties"]["total"]
+    schema["required"].remove("total")
+    path.write_text(json.dumps(schema, indent=2), encoding="utf-8")
+    git(repo, "commit", "-q", "-am", "break: remove total")
+    (repo / "README").write_text("unrelated\n", encoding="utf-8")
+    git(repo, "add", "README")
+    git(repo, "commit", "-q", "-m", "an unrelated commit on top")
+    result = run_command(repo)
+    assert result.returncode == 1, result.stderr
+    assert "field 'total': field removed" in " ".join(result.stderr.split())
+
+
+def test_a_shallow_clone_is_refused(repo: Path, tmp_path: Path) -> None:
+    (repo / "README").write_text("second commit\n", encoding="utf-8")
+    git(repo, "add", "README")
+    git(repo, "commit", "-q", "-m", "second")
+    shallow = tmp_path / "shallow"
+    git(tmp_path, "clone", "-q", "--depth", "1", f"file://{repo}", str(shallow))
+    result = run_command(shallow)
+    assert result.returncode == 2, result.stderr
+    assert "shallow clone" in " ".join(result.stderr.split())
+    # an explicit base still works there
+    assert run_command(shallow, "--base", "HEAD").returncode == 0
