@@ -40,7 +40,7 @@ typecheck: setup ## mypy --strict on the package
 	$(BIN)/mypy
 
 compat: setup ## Refuse schema changes that break consumers (vs every committed version of schemas/)
-	$(BIN)/invoicing schemas check-compat
+	$(BIN)/invoicing schemas check-compat $(COMPAT_ARGS)
 
 test-unit: setup ## Unit tests only (no services)
 	$(BIN)/pytest tests/unit

@@ -584,7 +584,7 @@ def read_git_folder(repo: Path, ref: str, folder: str) -> dict[str, str]:
     return files
 
 
-def history_bases(repo: Path, folder: str) -> list[str]:
+def history_bases(repo: Path, folder: str, *, allow_shallow: bool = False) -> list[str]:
     """Every committed version of ``folder`` to compare against when no base is given:
     one commit per distinct tree of the folder, newest first, from ``git log -- folder``
     (the folder's whole history, so a breaking commit stays refused after later
@@ -592,13 +592,13 @@ def history_bases(repo: Path, folder: str) -> list[str]:
 
     Raises:
         BaseUnavailable: the repository is a shallow clone (its history of
-            ``folder`` is incomplete: ``git fetch --unshallow``, or pass a base), or git
-            failed.
+            ``folder`` is incomplete: ``git fetch --unshallow``, or pass a base) and
+            ``allow_shallow`` is False, or git failed.
     """
     shallow = _git(repo, "rev-parse", "--is-shallow-repository")
     if shallow.returncode != 0:
         raise BaseUnavailable(f"git rev-parse failed in {repo}: {shallow.stderr.strip()}")
-    if shallow.stdout.strip() == "true":
+    if shallow.stdout.strip() == "true" and not allow_shallow:
         raise BaseUnavailable(
             f"{repo} is a shallow clone: the history of {folder}/ is incomplete, so a "
             "breaking change could pass unseen; run `git fetch --unshallow` or pass --base REF"
@@ -643,12 +643,15 @@ class CompatReport:
         return not self.problems
 
 
-def check_compat(schemas_dir: Path, base: str | None = None) -> CompatReport:
+def check_compat(
+    schemas_dir: Path, base: str | None = None, *, allow_shallow: bool = False
+) -> CompatReport:
     """Compare the ``schemas_dir`` folder as it is on disk against ``base`` in the git
     repository that holds it or, when ``base`` is None, against every committed
     version of the folder (:func:`history_bases`: compatibility is transitive, like
     the Confluent Schema Registry's ``BACKWARD_TRANSITIVE`` mode, because consumers
-    read the topics from the beginning).
+    read the topics from the beginning). ``allow_shallow``: in a shallow clone,
+    compare against the versions it has instead of refusing.
 
     Raises:
         BaseUnavailable: ``base`` was given but cannot be read, the clone is shallow
@@ -665,7 +668,7 @@ def check_compat(schemas_dir: Path, base: str | None = None) -> CompatReport:
         return CompatReport([], 0, [])
     repo = Path(top.stdout.strip())
     folder = schemas_dir.relative_to(repo.resolve()).as_posix()
-    refs = [base] if base is not None else history_bases(repo, folder)
+    refs = [base] if base is not None else history_bases(repo, folder, allow_shallow=allow_shallow)
     new = read_folder(schemas_dir)
     problems: list[Incompatibility] = []
     seen: set[str] = set()

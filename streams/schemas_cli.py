@@ -65,6 +65,14 @@ def check_compat_command(
         ),
     ] = None,
     folder: FolderOption = Path("schemas"),
+    allow_shallow: Annotated[
+        bool,
+        typer.Option(
+            "--allow-shallow",
+            help="In a shallow clone, compare against the commits it has instead of "
+            "refusing (weaker: a breaking change older than the clone depth passes).",
+        ),
+    ] = False,
 ) -> None:
     """Refuse schema changes that would break existing consumers of a topic version.
 
@@ -74,7 +82,7 @@ def check_compat_command(
     from streams.schema_compat import BaseUnavailable, CompatError, check_compat
 
     try:
-        report = check_compat(folder, base)
+        report = check_compat(folder, base, allow_shallow=allow_shallow)
     except BaseUnavailable as exc:
         console.print(f"[red]cannot read the base[/]: {exc}")
         raise typer.Exit(2) from exc

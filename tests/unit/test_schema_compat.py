@@ -379,3 +379,5 @@ def test_a_shallow_clone_is_refused(repo: Path, tmp_path: Path) -> None:
     assert "shallow clone" in " ".join(result.stderr.split())
     # an explicit base still works there
     assert run_command(shallow, "--base", "HEAD").returncode == 0
+    # ... or, explicitly weaker, against the commits the clone has
+    assert run_command(shallow, "--allow-shallow").returncode == 0
