@@ -382,6 +382,14 @@ def test_late_usage_is_stored_listed_reported_and_invoiced_by_apply(pipeline: Pi
         1,
         True,
     )
+    # ... and shows in `invoicing status`, which exits 1 (it needs an operator)
+    shown = CliRunner().invoke(app, ["status", "--json"], env=p.env)
+    assert shown.exit_code == 1, shown.output
+    view = json.loads(shown.stdout)
+    [row] = view["late_usage"]
+    assert (row["customer_id"], row["billing_period"], row["lines"]) == (customer, period, 1)
+    assert Decimal(str(row["amount"])) == Decimal("7.125")
+    assert any("late usage" in problem for problem in view["problems"]), view["problems"]
 
     dry = replay(p, period, Mode.DRY_RUN)
     [outcome] = dry.differences
