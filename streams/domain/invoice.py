@@ -16,6 +16,8 @@ Shapes:
   source coordinates (topic, partition, offset).
 * :class:`TaxLine` — what the tax client sends per line; :class:`TaxedLine` —
   what it gets back (``tax`` unrounded).
+* :class:`PricedInvoice` — an invoice before tax (:func:`price_invoice` runs
+  every rule on the lines); :func:`apply_tax` adds the tax service's answers.
 * :class:`InvoiceTotals` — what an invoice revision states; its parts are the
   models of :mod:`streams.domain.events` so they go to ``invoice.issued`` as is.
 """
@@ -160,6 +162,131 @@ def _describe(line: UsageLine) -> str:
     return line.description or line.sku_id or line.charge_category or line.event_id
 
 
+@dataclass(frozen=True)
+class PricedInvoice:
+    """An invoice before tax: its lines checked, its subtotal and summaries computed.
+
+    Everything that can refuse the *data* of an invoice happens while pricing it
+    (:func:`price_invoice`), so that a caller can price first and call the tax
+    service only for an invoice that will be accepted (the tax service commits a
+    document per idempotency key; see :func:`apply_tax`).
+
+    * ``lines`` — the distinct lines, in input order.
+    * ``subtotal`` — exact sum of the line amounts, rounded once (half-even).
+    * ``largest_lines`` and ``source`` — as in :class:`InvoiceTotals`.
+    """
+
+    currency: str
+    lines: tuple[UsageLine, ...]
+    subtotal: Decimal
+    largest_lines: tuple[LineSummary, ...]
+    source: tuple[SourceRange, ...]
+
+
+def price_invoice(lines: Sequence[UsageLine], *, currency: str, largest: int = 5) -> PricedInvoice:
+    """Check ``lines`` and price the invoice they make, before any tax.
+
+    Rules (DESIGN §2 "Money and time"; invariant 3 of DESIGN §3): every line is
+    counted exactly once, in the invoice currency; the subtotal is rounded once,
+    at the end. Zero lines give a zero subtotal.
+
+    Args:
+        lines: the distinct usage lines of one customer and billing period.
+        currency: the invoice currency (ISO 4217); every line must be in it.
+        largest: how many lines go to ``largest_lines`` (``>= 0``).
+
+    Raises:
+        InvoiceRuleViolation: lines in another currency; lines of more than one
+            customer or billing period; duplicate event ids; ``largest < 0``; a
+            sum that cannot be held exactly.
+        UnknownCurrency: ``currency`` is not one we bill in.
+    """
+    if largest < 0:
+        raise InvoiceRuleViolation(f"largest must be >= 0, got {largest}")
+    round_money(Decimal(0), currency)  # refuse an unknown currency even with no lines
+
+    seen: set[str] = set()
+    for line in lines:
+        if line.event_id in seen:
+            raise InvoiceRuleViolation(f"duplicate usage event id {line.event_id!r}")
+        seen.add(line.event_id)
+    _check_same(lines, "currency", currency)
+    _check_same(lines, "customer_id", None)
+    _check_same(lines, "billing_period", None)
+
+    subtotal = round_money(_sum(line.amount for line in lines), currency)
+    ranked = sorted(lines, key=lambda line: (-abs(line.amount), line.event_id))[:largest]
+    largest_lines = tuple(
+        LineSummary(
+            description=_describe(line), amount=line.amount, quantity=line.quantity, unit=line.unit
+        )
+        for line in ranked
+    )
+    return PricedInvoice(
+        currency=currency,
+        lines=tuple(lines),
+        subtotal=subtotal,
+        largest_lines=largest_lines,
+        source=source_ranges(lines),
+    )
+
+
+def apply_tax(priced: PricedInvoice, taxed: Sequence[TaxedLine]) -> InvoiceTotals:
+    """The totals of a priced invoice with the tax service's answers.
+
+    Only the answers are checked here: with a well-formed answer this cannot
+    fail, whatever the lines were (they were checked by :func:`price_invoice`).
+
+    Args:
+        priced: the invoice from :func:`price_invoice`.
+        taxed: exactly one :class:`TaxedLine` per line (``line_id`` = ``event_id``).
+
+    Raises:
+        InvoiceRuleViolation: a line with no or several taxed lines; a taxed line
+            for an unknown line; a tax sum that cannot be held exactly.
+    """
+    currency = priced.currency
+    by_id = {line.event_id: line for line in priced.lines}
+    tax_of: dict[str, TaxedLine] = {}
+    for answer in taxed:
+        if answer.line_id not in by_id:
+            raise InvoiceRuleViolation(f"tax answer for unknown line {answer.line_id!r}")
+        if answer.line_id in tax_of:
+            raise InvoiceRuleViolation(f"line {answer.line_id!r} has more than one tax answer")
+        tax_of[answer.line_id] = answer
+    untaxed = [event_id for event_id in by_id if event_id not in tax_of]
+    if untaxed:
+        shown = ", ".join(repr(e) for e in untaxed[:5])
+        raise InvoiceRuleViolation(f"{len(untaxed)} line(s) without a tax answer: {shown}")
+
+    groups: dict[tuple[str, Decimal], list[UsageLine]] = {}
+    for line in priced.lines:
+        answer = tax_of[line.event_id]
+        # Decimal("0.20") == Decimal("0.2") and they hash alike: one group.
+        groups.setdefault((answer.tax_code, answer.rate), []).append(line)
+    taxes = tuple(
+        TaxAmount(
+            tax_code=code,
+            rate=rate,
+            taxable_amount=_sum(line.amount for line in members),
+            amount=round_money(_sum(tax_of[line.event_id].tax for line in members), currency),
+        )
+        for (code, rate), members in sorted(groups.items(), key=lambda item: item[0])
+    )
+    tax_total = _sum(tax.amount for tax in taxes)  # already at the minor unit: exact
+    total = _sum((priced.subtotal, tax_total))
+    return InvoiceTotals(
+        currency=currency,
+        line_count=len(priced.lines),
+        subtotal=priced.subtotal,
+        taxes=taxes,
+        tax_total=tax_total,
+        total=total,
+        largest_lines=priced.largest_lines,
+        source=priced.source,
+    )
+
+
 def compute_invoice(
     lines: Sequence[UsageLine],
     taxed: Sequence[TaxedLine],
@@ -167,7 +294,8 @@ def compute_invoice(
     currency: str,
     largest: int = 5,
 ) -> InvoiceTotals:
-    """The totals of an invoice over ``lines`` with their ``taxed`` answers.
+    """The totals of an invoice over ``lines`` with their ``taxed`` answers:
+    :func:`price_invoice` then :func:`apply_tax`.
 
     Rules (DESIGN §2 "Money and time"; invariant 3 of DESIGN §3): every line is
     counted exactly once and amounts are rounded once, at the end. Zero lines
@@ -186,66 +314,7 @@ def compute_invoice(
             a sum that cannot be held exactly.
         UnknownCurrency: ``currency`` is not one we bill in.
     """
-    if largest < 0:
-        raise InvoiceRuleViolation(f"largest must be >= 0, got {largest}")
-    round_money(Decimal(0), currency)  # refuse an unknown currency even with no lines
-
-    by_id: dict[str, UsageLine] = {}
-    for line in lines:
-        if line.event_id in by_id:
-            raise InvoiceRuleViolation(f"duplicate usage event id {line.event_id!r}")
-        by_id[line.event_id] = line
-    _check_same(lines, "currency", currency)
-    _check_same(lines, "customer_id", None)
-    _check_same(lines, "billing_period", None)
-
-    tax_of: dict[str, TaxedLine] = {}
-    for answer in taxed:
-        if answer.line_id not in by_id:
-            raise InvoiceRuleViolation(f"tax answer for unknown line {answer.line_id!r}")
-        if answer.line_id in tax_of:
-            raise InvoiceRuleViolation(f"line {answer.line_id!r} has more than one tax answer")
-        tax_of[answer.line_id] = answer
-    untaxed = [event_id for event_id in by_id if event_id not in tax_of]
-    if untaxed:
-        shown = ", ".join(repr(e) for e in untaxed[:5])
-        raise InvoiceRuleViolation(f"{len(untaxed)} line(s) without a tax answer: {shown}")
-
-    subtotal = round_money(_sum(line.amount for line in lines), currency)
-    groups: dict[tuple[str, Decimal], list[UsageLine]] = {}
-    for line in lines:
-        answer = tax_of[line.event_id]
-        # Decimal("0.20") == Decimal("0.2") and they hash alike: one group.
-        groups.setdefault((answer.tax_code, answer.rate), []).append(line)
-    taxes = tuple(
-        TaxAmount(
-            tax_code=code,
-            rate=rate,
-            taxable_amount=_sum(line.amount for line in members),
-            amount=round_money(_sum(tax_of[line.event_id].tax for line in members), currency),
-        )
-        for (code, rate), members in sorted(groups.items(), key=lambda item: item[0])
-    )
-    tax_total = _sum(tax.amount for tax in taxes)  # already at the minor unit: exact
-    total = _sum((subtotal, tax_total))
-
-    ranked = sorted(lines, key=lambda line: (-abs(line.amount), line.event_id))[:largest]
-    largest_lines = tuple(
-        LineSummary(
-            description=_describe(line), amount=line.amount, quantity=line.quantity, unit=line.unit
-        )
-        for line in ranked
-    )
-    return InvoiceTotals(
-        currency=currency,
-        line_count=len(lines),
-        subtotal=subtotal,
-        taxes=taxes,
-        tax_total=tax_total,
-        total=total,
-        largest_lines=largest_lines,
-        source=source_ranges(lines),
-    )
+    return apply_tax(price_invoice(lines, currency=currency, largest=largest), taxed)
 
 
 def source_ranges(lines: Iterable[UsageLine]) -> tuple[SourceRange, ...]:

@@ -2,17 +2,25 @@
 its outbox event, written in one fenced transaction.
 
 Runs off the poll thread (the worker pauses the marker's partition meanwhile).
-Three phases, and no database transaction stays open across the tax call
+Four phases, and no database transaction stays open across the tax call
 (DESIGN "Ownership and fencing"):
 
 1. **read** (short read-only transaction): is there already a current invoice
    for (customer, period)? is the customer held? the customer and the usage
    lines that precede the marker on its partition;
-2. **tax**: one document per invoice (the client splits it into requests of at
+2. **price** (pure, :func:`~streams.domain.invoice.price_invoice`): every rule
+   that can refuse the data (a line in another currency than the customer's,
+   duplicates, the subtotal) runs *before* the tax call. The tax service commits
+   the document under its idempotency key, and the key is the same for every
+   attempt at this revision: had the data been refused after the tax call, the
+   corrected data (after ``invoicing holds release``) would meet the committed
+   document with other lines, a 409, and be held again for good. After the tax
+   call only transient failures (and a malformed tax answer) remain;
+3. **tax**: one document per invoice (the client splits it into requests of at
    most 1,000 lines), idempotency key ``<invoice id>:r<revision>`` — the invoice
    id is deterministic, so a retry or a second owner reuses the same key and the
    service answers the same tax (tax is never applied twice);
-3. **write** (one transaction): the fence check, a gapless invoice number,
+4. **write** (one transaction): the fence check, a gapless invoice number,
    ``INSERT … ON CONFLICT DO NOTHING`` of the invoice, its lines, the outbox row
    (only when the invoice row was new) and the close record.
 
@@ -36,7 +44,7 @@ from psycopg_pool import ConnectionPool
 from streams.adapters.tax import TaxRejected, TaxService, TaxUnavailable
 from streams.domain.errors import DomainError, InvoiceRuleViolation
 from streams.domain.events import InvoiceIssued, deterministic_id, invoice_id_for
-from streams.domain.invoice import compute_invoice
+from streams.domain.invoice import apply_tax, price_invoice
 from streams.invoicing import fencing, store
 from streams.invoicing.metrics import HOLDS, JOB_SECONDS
 
@@ -169,18 +177,20 @@ def _run(
             f"customer {customer_id!r} has no customer.upserted before its close marker"
         )
 
+    # 2. price: refuse bad data now, while no tax document is committed for this key
+    priced = price_invoice(lines, currency=customer.currency)
     revision = 1
     invoice_id = invoice_id_for(customer_id, period, revision)
     if cancel.is_set():
         return JobResult(marker, token, Outcome.CANCELLED, "cancelled before the tax call")
-    # 2. tax, with no transaction open
+    # 3. tax, with no transaction open
     taxed = ctx.tax.calculate(
         idempotency_key=f"{invoice_id}:r{revision}",
         customer_id=customer_id,
         currency=customer.currency,
-        lines=[line.tax_line() for line in lines],
+        lines=[line.tax_line() for line in priced.lines],
     )
-    totals = compute_invoice(lines, taxed, currency=customer.currency)
+    totals = apply_tax(priced, taxed)
     if cancel.is_set():
         return JobResult(marker, token, Outcome.CANCELLED, "cancelled after the tax call")
     draft = store.InvoiceDraft(
@@ -193,7 +203,7 @@ def _run(
         taxed=tuple(taxed),
         marker=marker,
     )
-    # 3. write
+    # 4. write
     issued_at = datetime.now(UTC)
     inserted = False
     with ctx.pool.connection() as conn, conn.transaction():

@@ -1,0 +1,108 @@
+"""Holds that can be released, against a real (own, migrated) PostgreSQL database.
+
+An invoice refused for its data must be refused *before* the tax call: the tax
+document is committed under ``<invoice id>:r<revision>``, the same key for every
+attempt at the revision, so a document committed for refused data would meet
+the corrected data (after ``invoicing holds release``) with a 409 and hold the
+customer again, for ever (streams/invoicing/jobs.py).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+from psycopg_pool import ConnectionPool
+
+from streams.adapters import migrate
+from streams.adapters.tax import InMemoryTaxService
+from streams.domain.events import CustomerUpserted, UsageRecorded
+from streams.invoicing import fencing, store
+from streams.invoicing.jobs import JobContext, Outcome, run_invoice_job
+from streams.sandbox import _drop_database
+from streams.settings import Settings
+
+TOPIC = "events"
+PERIOD = "2025-01"
+
+
+@pytest.fixture
+def pool(settings: Settings, unique: str) -> Iterator[ConnectionPool[Any]]:
+    """A pool on a fresh database of this test, migrated to head."""
+    database = f"inv_{unique}"
+    with psycopg.connect(settings.postgres.dsn(), autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
+    pg = settings.postgres.model_copy(update={"database": database})
+    try:
+        migrate.upgrade(pg)
+        with ConnectionPool(pg.dsn(), min_size=1, max_size=4, kwargs={"autocommit": False}) as p:
+            yield p
+    finally:
+        _drop_database(settings.postgres, database)
+
+
+def customer(customer_id: str, currency: str) -> CustomerUpserted:
+    return CustomerUpserted(
+        customer_id=customer_id,
+        name="Customer",
+        email=f"{customer_id}@example.test",
+        currency=currency,
+    )
+
+
+def usage(customer_id: str, amount: str, currency: str) -> UsageRecorded:
+    return UsageRecorded(
+        customer_id=customer_id,
+        billing_period=PERIOD,
+        amount=Decimal(amount),
+        currency=currency,
+        region_id="us-east-1",
+        event_time=datetime(2025, 1, 15, tzinfo=UTC),
+    )
+
+
+def at(offset: int) -> store.SourceCoordinates:
+    return store.SourceCoordinates(TOPIC, 0, offset)
+
+
+def test_an_invoice_refused_for_its_data_is_invoiced_once_the_data_is_fixed(
+    pool: ConnectionPool[Any], unique: str
+) -> None:
+    cust = f"c-{unique}"
+    token = fencing.FencingToken(f"g-{unique}", TOPIC, 0, 1, "member-1")
+    tax = InMemoryTaxService()
+    ctx = JobContext(pool=pool, tax=tax, invoices_topic="invoices")
+    with pool.connection() as conn:
+        fencing.claim(conn, token)
+        with conn.transaction():
+            store.upsert_customer(conn, "cu-1", customer(cust, "EUR"), at(0))
+            store.insert_usage(
+                conn,
+                [
+                    store.UsageRecord("u-1", usage(cust, "10.00", "USD"), at(1)),
+                    store.UsageRecord("u-2", usage(cust, "2.50", "USD"), at(2)),
+                ],
+            )
+
+    first = store.CloseMarker("close-1", cust, PERIOD, "period_end", at(3))
+    refused = run_invoice_job(ctx, first, token, threading.Event())
+    assert refused.outcome is Outcome.FAILED
+    assert "currency" in refused.detail
+    assert tax.calls == []  # refused before any tax document was committed
+
+    # The operator fixes the customer's currency, releases the hold: a new marker.
+    with pool.connection() as conn, conn.transaction():
+        store.upsert_customer(conn, "cu-2", customer(cust, "USD"), at(4))
+    again = store.CloseMarker("close-2", cust, PERIOD, "hold_released", at(5))
+    result = run_invoice_job(ctx, again, token, threading.Event())
+    assert result.outcome is Outcome.INVOICED, result.detail
+    assert [c.outcome for c in tax.calls] == ["ok"]
+    with pool.connection() as conn:
+        issued = store.current_invoice(conn, cust, PERIOD)
+    assert issued is not None and issued.subtotal == Decimal("12.50")
