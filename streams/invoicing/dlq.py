@@ -13,23 +13,58 @@ that say why and where it came from (DESIGN §3, invariant 5):
 ``dlq.source.offset``       its offset
 ``dlq.consumer.group``      the group that dead-lettered it
 ``dlq.failed_at``           UTC time, ISO 8601
+``dlq.truncated``           only on a truncated record (below): what was cut
 =========================  =====================================================
 
 :meth:`DeadLetters.publish` returns only once the broker acknowledged the
 record, so the caller may then commit the source offset.
+
+**Records too large for the dead-letter topic.** The original plus the ``dlq.*``
+headers can exceed the producer's ``message.max.bytes`` (refused by ``produce``)
+or the topic's ``max.message.bytes`` (refused by the broker). Such a record is
+still dead-lettered, never skipped and never retried for ever: the record is
+sent again with the reason and the source coordinates, its value cut to the
+first :data:`TRUNCATED_VALUE_BYTES` bytes, its key to :data:`TRUNCATED_KEY_BYTES`,
+only its small headers kept, and a ``dlq.truncated`` header saying so (counted
+in ``invoicing_dead_letters_truncated_total``). Nothing is lost: the whole
+original stays in the source topic at the coordinates the headers give.
+
+Every other failure to produce (local queue full, an unknown topic, no
+authorisation, a timeout) raises :class:`DeadLetterError`; the worker then
+retries the record after a backoff without committing its offset.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 
-from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
-from streams.invoicing.metrics import DEAD_LETTERED
+from streams.invoicing.metrics import DEAD_LETTERED, DEAD_LETTERS_TRUNCATED
+
+#: Bytes of the original value kept in a truncated dead-letter record.
+TRUNCATED_VALUE_BYTES = 4096
+#: Bytes of the original key kept in a truncated dead-letter record.
+TRUNCATED_KEY_BYTES = 1024
+#: Characters of the reason kept in a truncated dead-letter record.
+TRUNCATED_REASON_CHARS = 2000
+#: An original header is kept in a truncated record when name + value fit in this...
+_SMALL_HEADER_BYTES = 256
+#: ...and at most this many of them.
+_MAX_KEPT_HEADERS = 32
+
+#: Kafka error codes meaning "this record is too large" (client-side ``produce`` and
+#: broker-side delivery errors use the same codes).
+_TOO_LARGE = frozenset({KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE})
 
 
 class DeadLetterError(Exception):
     """The dead-letter record could not be delivered (transient: retry the batch)."""
+
+
+class _TooLarge(Exception):
+    """The record is larger than the producer or the topic accepts."""
 
 
 class DeadLetters:
@@ -54,11 +89,77 @@ class DeadLetters:
         source_offset: int,
         kind: str,
         reason: str,
+        attributed: bool = True,
     ) -> None:
         """Dead-letter one record and wait for the broker's acknowledgement.
 
+        ``attributed`` says whether the caller could attribute the record to a
+        customer (it is a label of ``invoicing_dead_lettered_total``). A record too
+        large for the dead-letter topic is sent truncated (module docstring).
+
         Raises:
-            DeadLetterError: not delivered within the timeout.
+            DeadLetterError: not delivered: any error of ``produce`` or of the
+                delivery (the local queue full, the broker refusing it, a timeout),
+                or the truncated form was refused too.
+        """
+        where = f"{source_topic}[{source_partition}]@{source_offset}"
+        meta = [
+            ("dlq.kind", kind.encode()),
+            ("dlq.source.topic", source_topic.encode()),
+            ("dlq.source.partition", str(source_partition).encode()),
+            ("dlq.source.offset", str(source_offset).encode()),
+            ("dlq.consumer.group", self._group_id.encode()),
+            ("dlq.failed_at", datetime.now(UTC).isoformat().replace("+00:00", "Z").encode()),
+        ]
+        original = list(headers or [])
+        try:
+            self._deliver(key, value, [*original, ("dlq.reason", reason.encode()), *meta], where)
+        except _TooLarge as exc:
+            kept = [
+                (name, data)
+                for name, data in original
+                if len(name.encode()) + len(data or b"") <= _SMALL_HEADER_BYTES
+            ][:_MAX_KEPT_HEADERS]
+            cut_key = key[:TRUNCATED_KEY_BYTES] if key is not None else None
+            cut_value = value[:TRUNCATED_VALUE_BYTES] if value is not None else None
+            note = (
+                f"original too large for the dead-letter topic ({exc}); "
+                f"value {len(value or b'')} -> {len(cut_value or b'')} bytes, "
+                f"key {len(key or b'')} -> {len(cut_key or b'')} bytes, "
+                f"{len(original) - len(kept)} of {len(original)} headers dropped; "
+                f"the original is in {where}"
+            )
+            try:
+                self._deliver(
+                    cut_key,
+                    cut_value,
+                    [
+                        *kept,
+                        ("dlq.reason", reason[:TRUNCATED_REASON_CHARS].encode()),
+                        *meta,
+                        ("dlq.truncated", note.encode()),
+                    ],
+                    where,
+                )
+            except _TooLarge as again:
+                raise DeadLetterError(
+                    f"dead-letter record for {where} too large even truncated: {again}"
+                ) from again
+            DEAD_LETTERS_TRUNCATED.labels(kind).inc()
+        DEAD_LETTERED.labels(kind, "customer" if attributed else "unattributed").inc()
+
+    def _deliver(
+        self,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Sequence[tuple[str, bytes]],
+        where: str,
+    ) -> None:
+        """Produce one record and wait for its delivery report.
+
+        Raises:
+            _TooLarge: the producer or the broker refused the record for its size.
+            DeadLetterError: any other failure, or no report within the timeout.
         """
         errors: list[KafkaError] = []
         delivered: list[bool] = []
@@ -69,22 +170,24 @@ class DeadLetters:
             else:
                 delivered.append(True)
 
-        extra = [
-            ("dlq.reason", reason.encode()),
-            ("dlq.kind", kind.encode()),
-            ("dlq.source.topic", source_topic.encode()),
-            ("dlq.source.partition", str(source_partition).encode()),
-            ("dlq.source.offset", str(source_offset).encode()),
-            ("dlq.consumer.group", self._group_id.encode()),
-            ("dlq.failed_at", datetime.now(UTC).isoformat().replace("+00:00", "Z").encode()),
-        ]
-        self._producer.produce(
-            self.topic, key=key, value=value, headers=[*(headers or []), *extra], on_delivery=report
-        )
+        try:
+            self._producer.produce(
+                self.topic, key=key, value=value, headers=list(headers), on_delivery=report
+            )
+        except BufferError as exc:  # the local queue is full: transient
+            raise DeadLetterError(
+                f"dead-letter record for {where} not queued (local queue full): {exc}"
+            ) from exc
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            if isinstance(err, KafkaError) and err.code() in _TOO_LARGE:
+                raise _TooLarge(str(err)) from exc
+            raise DeadLetterError(f"dead-letter record for {where} not produced: {exc}") from exc
         remaining = self._producer.flush(self._timeout_s)
+        if errors and errors[0].code() in _TOO_LARGE:
+            raise _TooLarge(str(errors[0]))
         if errors or remaining or not delivered:
             raise DeadLetterError(
-                f"dead-letter record for {source_topic}[{source_partition}]@{source_offset} not delivered: "
+                f"dead-letter record for {where} not delivered: "
                 f"{errors[0] if errors else 'timeout'}"
             )
-        DEAD_LETTERED.labels(kind).inc()

@@ -11,7 +11,15 @@ RECORDS = Counter(
 )
 DEAD_LETTERED = Counter(
     "invoicing_dead_lettered_total",
-    "Records sent to the dead-letter topic, by reason kind",
+    "Records sent to the dead-letter topic, by reason kind and attribution "
+    "(customer: a hold was written for its customer(s); unattributed: no customer "
+    "could be read from it, so nothing is held)",
+    ["kind", "attribution"],
+)
+DEAD_LETTERS_TRUNCATED = Counter(
+    "invoicing_dead_letters_truncated_total",
+    "Dead-letter records sent truncated because the original did not fit the "
+    "dead-letter topic (the original stays at its source offset)",
     ["kind"],
 )
 INVOICES = Counter(

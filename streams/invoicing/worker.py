@@ -13,8 +13,10 @@ Per partition, records are handled in offset order:
   membership alive, the Kafka form of lease renewal — and when the job reports,
   commits the marker's offset, seeks past it and resumes the partition;
 - an undecodable or invalid record goes to the dead-letter topic with its reason
-  and source coordinates, and its customer's invoice is **held** (a row in
-  ``invoice_holds``) so nobody is invoiced from partial data.
+  and source coordinates, and the invoice of every customer it could belong to
+  (key, ``ce_subject``, the value's ``customer_id``) is **held** (a row each in
+  ``invoice_holds``) so nobody is invoiced from partial data; a record that names
+  no usable customer is dead-lettered all the same, logged at ERROR and counted.
 
 Ownership: on assignment the worker parses its fencing token from
 ``consumer_group_metadata()`` and claims each partition's fence row upward; on
@@ -382,6 +384,24 @@ class InvoicingWorker:
     def _dead_letter_invalid(
         self, batch: _Batch, msg: Record, source: store.SourceCoordinates, reason: str
     ) -> bool:
+        """Dead-letter an undecodable or invalid record and queue a hold for every
+        customer it could belong to (:func:`_customers_of`): its key, its
+        ``ce_subject`` header, its value's ``customer_id``, when they differ each of
+        them (the key alone could name the wrong customer, and the real one would be
+        invoiced from partial data). A record attributable to nobody is still
+        dead-lettered (invariant 5, DESIGN §3), with a reason that says no invoice
+        is held, an ERROR log line and ``invoicing_dead_lettered_total{attribution=
+        "unattributed"}`` (docs/architecture.md "Holds instead of partial invoices").
+
+        Returns False when the dead-letter record was not delivered (the caller
+        rewinds and retries after a backoff, without committing); never raises.
+        """
+        customers = _customers_of(msg)
+        if not customers:
+            reason = (
+                f"{reason}; could not be attributed to a customer (no usable UTF-8 key, "
+                "ce_subject header or customer_id in the value): no invoice is held"
+            )
         try:
             self.dead_letters.publish(
                 key=msg.key,
@@ -392,22 +412,38 @@ class InvoicingWorker:
                 source_offset=source.offset,
                 kind="invalid",
                 reason=reason,
+                attributed=bool(customers),
             )
         except DeadLetterError as exc:
             log.warning("%s", exc)
             return False
         RECORDS.labels("invalid", "dead_lettered").inc()
         self.stats["dead_lettered"] += 1
+        if not customers:
+            self.stats["dead_lettered_unattributed"] += 1
+            log.error(
+                "dead-lettered %s[%s]@%s without a hold: %s",
+                source.topic,
+                source.partition,
+                source.offset,
+                reason,
+            )
+            return True
         log.warning(
-            "dead-lettered %s[%s]@%s: %s", source.topic, source.partition, source.offset, reason
+            "dead-lettered %s[%s]@%s (holding %s): %s",
+            source.topic,
+            source.partition,
+            source.offset,
+            ", ".join(customers),
+            reason,
         )
-        customer = _customer_of(msg)
-        if customer is not None:
+        attributed = f" (attributed to {', '.join(customers)})" if len(customers) > 1 else ""
+        for customer in customers:
             batch.holds.append(
                 {
                     "customer_id": customer,
                     "billing_period": _period_of(msg),
-                    "reason": f"dead-lettered: {reason}",
+                    "reason": f"dead-lettered: {reason}{attributed}",
                     "event_id": _header(msg, "ce_id"),
                     "source": source,
                 }
@@ -445,7 +481,7 @@ class InvoicingWorker:
                     }
                 )
             for hold in batch.holds:
-                store.record_hold(conn, **hold)
+                record_hold(conn, **hold)
             return conflicts
 
         try:
@@ -606,7 +642,7 @@ class InvoicingWorker:
             )
 
             def work(conn: Any) -> None:
-                store.record_hold(
+                record_hold(
                     conn,
                     customer_id=marker.customer_id,
                     billing_period=marker.billing_period,
@@ -679,26 +715,81 @@ def _header(msg: Record, name: str) -> str | None:
     return None
 
 
-def _customer_of(msg: Record) -> str | None:
-    """The customer a bad record belongs to: its key, if it is text."""
-    if not msg.key:
-        return None
+def _customer_text(raw: bytes | str | None) -> str | None:
+    """``raw`` as a customer id if it is usable: UTF-8 text of 1 to 128 characters."""
+    if isinstance(raw, bytes):
+        try:
+            raw = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    return raw if isinstance(raw, str) and 0 < len(raw) <= 128 else None
+
+
+def _payload_of(msg: Record) -> dict[str, Any] | None:
+    """The record's value if it is a JSON object, else None."""
     try:
-        text = msg.key.decode("utf-8")
-    except UnicodeDecodeError:
+        payload = json.loads(msg.value or b"")
+    except (ValueError, UnicodeDecodeError):
         return None
-    return text if 0 < len(text) <= 128 else None
+    return payload if isinstance(payload, dict) else None
+
+
+def _customers_of(msg: Record) -> list[str]:
+    """Every customer a bad record could belong to, without repeats: its key, its
+    ``ce_subject`` header and its value's ``customer_id``, each when it is usable
+    (:func:`_customer_text`). Empty when none is: the record cannot be attributed."""
+    subject = next((value for name, value in msg.headers if name == "ce_subject"), None)
+    payload = _payload_of(msg)
+    candidates = [
+        _customer_text(msg.key),
+        _customer_text(subject),
+        _customer_text(payload.get("customer_id") if payload else None),
+    ]
+    return list(dict.fromkeys(c for c in candidates if c is not None))
 
 
 def _period_of(msg: Record) -> str | None:
     """The billing period a bad record names, if its value is JSON with a valid one
     (then only that period is held; otherwise every period of the customer)."""
-    try:
-        payload = json.loads(msg.value or b"")
-    except (ValueError, UnicodeDecodeError):
-        return None
-    period = payload.get("billing_period") if isinstance(payload, dict) else None
+    payload = _payload_of(msg)
+    period = payload.get("billing_period") if payload else None
     return period if isinstance(period, str) and _PERIOD_RE.match(period) else None
+
+
+def record_hold(
+    conn: psycopg.Connection[Any],
+    *,
+    customer_id: str,
+    billing_period: str | None,
+    reason: str,
+    event_id: str | None,
+    source: store.SourceCoordinates,
+) -> None:
+    """Hold ``customer_id``'s invoicing (for one period, or all when ``billing_period``
+    is None) because the record at ``source`` was dead-lettered. Idempotent per
+    (source record, customer), so one record can hold several customers (migration
+    0004; docs/architecture.md "Holds instead of partial invoices").
+
+    Raises:
+        psycopg.Error: the insert failed (the caller's transaction is rolled back).
+    """
+    conn.execute(
+        """
+        INSERT INTO invoice_holds (customer_id, billing_period, reason, event_id,
+                                   source_topic, source_partition, source_offset)
+        VALUES (%s, %s, %s, %s, %s, %s, %s)
+        ON CONFLICT (source_topic, source_partition, source_offset, customer_id) DO NOTHING
+        """,
+        (
+            customer_id,
+            billing_period,
+            reason[:2000],
+            event_id,
+            source.topic,
+            source.partition,
+            source.offset,
+        ),
+    )
 
 
 def run_invoicing_worker(

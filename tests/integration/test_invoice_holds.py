@@ -1,10 +1,13 @@
 """Holds that can be released, against a real (own, migrated) PostgreSQL database.
 
-An invoice refused for its data must be refused *before* the tax call: the tax
-document is committed under ``<invoice id>:r<revision>``, the same key for every
-attempt at the revision, so a document committed for refused data would meet
-the corrected data (after ``invoicing holds release``) with a 409 and hold the
-customer again, for ever (streams/invoicing/jobs.py).
+1. An invoice refused for its data must be refused *before* the tax call: the
+   tax document is committed under ``<invoice id>:r<revision>``, the same key for
+   every attempt at the revision, so a document committed for refused data would
+   meet the corrected data (after ``invoicing holds release``) with a 409 and
+   hold the customer again, for ever (streams/invoicing/jobs.py).
+2. One dead-lettered record can hold several customers (its key and its
+   ``ce_subject`` differ): one hold row per (record, customer), idempotent on
+   redelivery (migration 0004, ``streams.invoicing.worker.record_hold``).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from streams.adapters.tax import InMemoryTaxService
 from streams.domain.events import CustomerUpserted, UsageRecorded
 from streams.invoicing import fencing, store
 from streams.invoicing.jobs import JobContext, Outcome, run_invoice_job
+from streams.invoicing.worker import record_hold
 from streams.sandbox import _drop_database
 from streams.settings import Settings
 
@@ -106,3 +110,31 @@ def test_an_invoice_refused_for_its_data_is_invoiced_once_the_data_is_fixed(
     with pool.connection() as conn:
         issued = store.current_invoice(conn, cust, PERIOD)
     assert issued is not None and issued.subtotal == Decimal("12.50")
+
+
+def test_one_dead_lettered_record_holds_each_customer_it_names_once(
+    pool: ConnectionPool[Any],
+) -> None:
+    source = at(9)
+    for _redelivery in range(2):
+        with pool.connection() as conn, conn.transaction():
+            for cust in ("by-key", "by-subject"):
+                record_hold(
+                    conn,
+                    customer_id=cust,
+                    billing_period=PERIOD,
+                    reason="dead-lettered: key differs from ce_subject",
+                    event_id="e-9",
+                    source=source,
+                )
+    with pool.connection() as conn:
+        rows = conn.execute(
+            "SELECT customer_id FROM invoice_holds WHERE source_offset = 9 ORDER BY 1"
+        ).fetchall()
+        held = [
+            cust
+            for cust in ("by-key", "by-subject", "someone-else")
+            if store.open_holds(conn, cust, PERIOD)
+        ]
+    assert rows == [("by-key",), ("by-subject",)]
+    assert held == ["by-key", "by-subject"]
