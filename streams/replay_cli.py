@@ -15,6 +15,9 @@ run the same ``--apply`` again to resume.
 from __future__ import annotations
 
 import json
+import os
+import signal
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -82,14 +85,16 @@ def replay_command(
         console.print("[red]--margin-days must not be negative[/]")
         raise typer.Exit(2)
     mode = Mode.APPLY if apply else Mode.DRY_RUN
+    settings = Settings()
     try:
         result = replay_period(
             period,
-            Settings(),
+            settings,
             mode=mode,
             margin=timedelta(days=margin_days),
             progress=progress,
             lease_ttl_s=lease_ttl,
+            on_step=_fault_hook(settings.fault.kill_replay_after_writes),
         )
     except InvalidPeriod as exc:
         console.print(f"[red]{exc}[/]")
@@ -119,6 +124,27 @@ def replay_command(
         raise typer.Exit(5)
     if result.failed:
         raise typer.Exit(1)
+
+
+def _fault_hook(kill_after_writes: int) -> Callable[[str, str], None] | None:
+    """FAULT-INJECTION HOOK for the tests, never for production
+    (``INVOICING_FAULT__KILL_REPLAY_AFTER_WRITES``, see
+    :class:`streams.settings.FaultSettings`): SIGKILL this process once
+    ``kill_after_writes`` customers' corrections are committed. None when 0."""
+    if kill_after_writes <= 0:
+        return None
+    written = 0
+
+    def hook(stage: str, customer: str) -> None:
+        nonlocal written
+        if stage != "written":
+            return
+        written += 1
+        if written >= kill_after_writes:
+            console.print(f"[red]fault injection: SIGKILL after writing {customer}[/]")
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return hook
 
 
 def _money(value: Any) -> str:

@@ -172,9 +172,14 @@ class FaultSettings(BaseModel):
     ``INVOICING_FAULT__KILL_AFTER_DB_COMMIT=1``: the invoicing worker SIGKILLs itself
     right after an invoice job's database commit and before the marker's offset
     commit — the crash window of :mod:`streams.invoicing.commit`, made deterministic.
+
+    ``INVOICING_FAULT__KILL_REPLAY_AFTER_WRITES=N`` (N > 0): ``invoicing replay
+    --apply`` SIGKILLs itself once N customers' corrections are committed — a real
+    crash: its Redis lease is not released and its run stays ``running``.
     """
 
     kill_after_db_commit: bool = False
+    kill_replay_after_writes: int = Field(default=0, ge=0)
 
 
 class Settings(BaseSettings):

@@ -11,6 +11,10 @@ crash) and checks what the replay reports and writes.
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -450,6 +454,65 @@ def test_two_replays_of_a_period_at_once_the_second_gets_lease_busy(pipeline: Pi
     assert first_report.differences == [] and first_report.status == "completed"
     # Once the first is done, the period is free again.
     assert replay(p, period, Mode.DRY_RUN).differences == []
+
+
+def run_replay_cli(
+    p: Pipeline, period: str, *args: str, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """``invoicing replay`` as its own process (a real crash kills only that process)."""
+    return subprocess.run(
+        [sys.executable, "-m", "streams.cli", "replay", period, *args, "--no-progress"],
+        env={**os.environ, **p.env, **env},
+        cwd=p.workdir,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def test_a_killed_apply_keeps_its_lease_until_the_ttl_then_resumes(pipeline: Pipeline) -> None:
+    """A SIGKILLed ``replay --apply`` cannot release its lease: a second run is refused
+    (exit 4) until the lease's TTL passes, then resumes the same run and ends in the
+    state of a clean apply (DESIGN "Redis": a lease, not a lock)."""
+    p = pipeline
+    lost: list[tuple[str, str, str, Decimal]] = []
+
+    def lose_two() -> None:
+        first = lose_usage_line(p)
+        lost.extend([first, lose_usage_line(p, period=first[1], skip=(first[0],))])
+
+    focus_flow(p, before_close=lose_two)
+    period = lost[0][1]
+    ttl = "4"
+    killed = run_replay_cli(
+        p, period, "--apply", "--lease-ttl", ttl, INVOICING_FAULT__KILL_REPLAY_AFTER_WRITES="1"
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert count(p, "SELECT count(*) FROM credit_notes") == 1
+    with p.connect() as conn:
+        runs = conn.execute("SELECT status, attempts FROM replay_runs").fetchall()
+    assert runs == [("running", 1)]
+
+    busy = run_replay_cli(p, period, "--apply", "--lease-ttl", ttl)
+    assert busy.returncode == 4, busy.stderr  # the dead holder's lease is still live
+    assert count(p, "SELECT count(*) FROM credit_notes") == 1
+
+    time.sleep(float(ttl) + 1)  # the lease expires: nobody renews it
+    resumed = run_replay_cli(p, period, "--apply", "--lease-ttl", ttl)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resumed" in " ".join(resumed.stderr.split())
+    for customer, _, _, _ in lost:
+        row = issued_row(p, customer, period)
+        assert row[1] == 2 and row[2] == round_money(EXPECTED.sums[(customer, period)], "USD")
+    assert count(p, "SELECT count(*) FROM credit_notes") == 2
+    assert count(p, "SELECT count(*) FROM invoices WHERE revision = 2") == 2
+    with p.connect() as conn:
+        runs = conn.execute("SELECT status, attempts FROM replay_runs").fetchall()
+    assert runs == [("completed", 2)]
+    again = run_replay_cli(p, period, "--apply", "--lease-ttl", ttl)
+    assert again.returncode == 0, again.stderr
+    assert count(p, "SELECT count(*) FROM credit_notes") == 2
 
 
 def test_a_crashed_apply_resumes_to_the_state_of_a_clean_apply(pipeline: Pipeline) -> None:
