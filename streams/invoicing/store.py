@@ -161,36 +161,6 @@ def insert_usage(
     return conflicts
 
 
-def record_hold(
-    conn: psycopg.Connection[Any],
-    *,
-    customer_id: str,
-    billing_period: str | None,
-    reason: str,
-    event_id: str | None,
-    source: SourceCoordinates,
-) -> None:
-    """Hold the customer's invoicing (for one period, or all when ``billing_period`` is None)
-    because the record at ``source`` was dead-lettered. Idempotent per source record."""
-    conn.execute(
-        """
-        INSERT INTO invoice_holds (customer_id, billing_period, reason, event_id,
-                                   source_topic, source_partition, source_offset)
-        VALUES (%s, %s, %s, %s, %s, %s, %s)
-        ON CONFLICT (source_topic, source_partition, source_offset) DO NOTHING
-        """,
-        (
-            customer_id,
-            billing_period,
-            reason[:2000],
-            event_id,
-            source.topic,
-            source.partition,
-            source.offset,
-        ),
-    )
-
-
 @dataclass(frozen=True)
 class Hold:
     hold_id: int

@@ -98,7 +98,13 @@ from streams.domain.events import (
     deterministic_id,
     invoice_id_for,
 )
-from streams.domain.invoice import InvoiceTotals, TaxedLine, UsageLine, compute_invoice
+from streams.domain.invoice import (
+    InvoiceTotals,
+    TaxedLine,
+    UsageLine,
+    apply_tax,
+    price_invoice,
+)
 from streams.domain.periods import BillingPeriod
 from streams.invoicing import store
 from streams.invoicing.jobs import invoice_issued
@@ -854,14 +860,27 @@ def _tax(
     *,
     commit: bool,
 ) -> tuple[list[TaxedLine], InvoiceTotals]:
+    """Price ``lines``, then tax them under ``<invoice id>:r<revision>``.
+
+    The pricing rules (currency, duplicates, subtotal) run before the tax call, as in
+    the invoicing worker (:mod:`streams.invoicing.jobs`): a committed tax document
+    keeps its idempotency key, so data refused after the call could never be taxed
+    again under that key once corrected.
+
+    Raises:
+        DomainError: the lines break an invoice rule (nothing was sent to the tax
+            service), or the tax answers are malformed.
+        TaxError: the tax service failed or refused (see :mod:`streams.adapters.tax`).
+    """
+    priced = price_invoice(lines, currency=currency)
     taxed = ctx.tax.calculate(
         idempotency_key=f"{invoice_id}:r{revision}",
         customer_id=customer_id,
         currency=currency,
-        lines=[line.tax_line() for line in lines],
+        lines=[line.tax_line() for line in priced.lines],
         commit=commit,
     )
-    return taxed, compute_invoice(lines, taxed, currency=currency)
+    return taxed, apply_tax(priced, taxed)
 
 
 def _compare_and_apply(ctx: _Context, customer_id: str) -> CustomerOutcome:
