@@ -17,7 +17,11 @@ Releasing (runbook, docs/architecture.md "Holds"):
    and, for every close of that customer that was held, sends a new
    ``billing_period.closed`` marker (reason ``hold_released``, id derived from
    the hold id, so a repeated release sends the same id). The partition owner
-   then builds the invoice from the usage that precedes the new marker.
+   then builds the invoice from the usage that precedes the new marker;
+4. if the customer's only usage of the period was the bad record, no close was
+   held (``close-period`` never saw the customer): run ``invoicing close-period
+   YYYY-MM`` again after step 2 — idempotent: markers keep their ids, and a
+   customer already invoiced finds its invoice written.
 """
 
 from __future__ import annotations
