@@ -463,6 +463,7 @@ class InvoicingWorker:
             for event_id, data, source in batch.customers:
                 store.upsert_customer(conn, event_id, data, source)
             conflicts = store.insert_usage(conn, batch.usage)
+            originals = {m.offset: m for m in batch.messages}
             for conflict in conflicts:
                 record = conflict.record
                 reason = (
@@ -470,7 +471,7 @@ class InvoicingWorker:
                     f"(stored from {conflict.stored_source.topic}[{conflict.stored_source.partition}]"
                     f"@{conflict.stored_source.offset}); the stored line is kept"
                 )
-                self._publish_conflict(record, reason)
+                self._publish_conflict(record, reason, originals.get(record.source.offset))
                 batch.holds.append(
                     {
                         "customer_id": record.data.customer_id,
@@ -506,17 +507,32 @@ class InvoicingWorker:
         self._commit(partition, next_offset)
         return True
 
-    def _publish_conflict(self, record: store.UsageRecord, reason: str) -> None:
-        from streams.domain.codec import encode
-        from streams.domain.events import Envelope
+    def _publish_conflict(
+        self, record: store.UsageRecord, reason: str, original: Record | None
+    ) -> None:
+        """Dead-letter a conflicting duplicate as it was read: the original key, value
+        and headers (DESIGN §3 invariant 5: "the original record + reason"), with the
+        ``dlq.*`` reason and source coordinates. Re-encoded from the parsed event only
+        if the original is not in the batch (never expected).
 
-        encoded = encode(
-            Envelope.wrap(record.data, id=record.event_id, source="/invoicing/worker/conflict")
-        )
+        Raises:
+            DeadLetterError: not delivered (the caller's transaction rolls back and
+                the batch is retried after a backoff).
+        """
+        if original is not None:
+            key, value, headers = original.key, original.value, list(original.headers)
+        else:
+            from streams.domain.codec import encode
+            from streams.domain.events import Envelope
+
+            encoded = encode(
+                Envelope.wrap(record.data, id=record.event_id, source="/invoicing/worker/conflict")
+            )
+            key, value, headers = encoded.key, encoded.value, list(encoded.headers)
         self.dead_letters.publish(
-            key=encoded.key,
-            value=encoded.value,
-            headers=encoded.headers,
+            key=key,
+            value=value,
+            headers=headers,
             source_topic=record.source.topic,
             source_partition=record.source.partition,
             source_offset=record.source.offset,

@@ -66,6 +66,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import httpx
 from confluent_kafka import KafkaError, Message
@@ -883,11 +884,16 @@ def check_invariants(
         dead = drain(kafka, pipeline.dlq_topic, timeout_s=30, idle_s=3)
         report.dead_letters = len(dead)
         seen: dict[tuple[int, int], dict[str, str]] = {}
+        bodies: dict[tuple[int, int], tuple[Any, ...]] = {}
         for msg in dead:
             meta = _dlq_meta(msg)
             if meta.get("dlq.source.topic") != pipeline.topic or not meta.get("dlq.reason"):
                 raise fail(f"invariant 5: dead letter without reason or source: {meta}")
-            seen[(int(meta["dlq.source.partition"]), int(meta["dlq.source.offset"]))] = meta
+            coords = (int(meta["dlq.source.partition"]), int(meta["dlq.source.offset"]))
+            seen[coords] = meta
+            dead_record = record_of(msg)
+            original_headers = [(k, v) for k, v in dead_record.headers if not k.startswith("dlq.")]
+            bodies[coords] = (dead_record.key, dead_record.value, original_headers)
         wanted = {(part, off): p for p, part, off in workload.poison_at}
         if len(workload.poison_at) != len(workload.poison):
             raise fail(f"poison produced {len(workload.poison_at)} of {len(workload.poison)}")
@@ -899,6 +905,13 @@ def check_invariants(
             reason = seen[coords]["dlq.reason"]
             if poison.reason_hint and poison.reason_hint.lower() not in reason.lower():
                 raise fail(f"invariant 5: {poison.kind} dead-lettered with reason {reason!r}")
+            # the original record, not a re-encoding of it (DESIGN §3 invariant 5)
+            produced = (poison.record.key, poison.record.value, list(poison.record.headers))
+            if bodies[coords] != produced:
+                raise fail(
+                    f"invariant 5: {poison.kind} dead-lettered with another key, value or "
+                    f"headers: {bodies[coords]!r} (produced {produced!r})"
+                )
     lag = group_lag(kafka, pipeline.settings.worker.invoicing_group, pipeline.topic)
     if lag:
         raise fail(f"invariant 5: the invoicing group still lags {lag} records")
