@@ -261,7 +261,11 @@ class IssuedInvoice:
 def current_invoice(
     conn: psycopg.Connection[Any], customer_id: str, billing_period: str
 ) -> IssuedInvoice | None:
-    """The issued (current) revision of the customer's invoice for the period, if any."""
+    """The issued (current) revision of the customer's invoice for the period, if any.
+
+    Raises:
+        psycopg.Error: the database failed.
+    """
     row = conn.execute(
         "SELECT invoice_id::text, invoice_number, revision, status, subtotal, total FROM invoices "
         "WHERE customer_id = %s AND billing_period = %s AND status = 'issued'",

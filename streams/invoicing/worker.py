@@ -232,7 +232,16 @@ class InvoicingWorker:
     # ------------------------------------------------------------------ main loop
 
     def run(self) -> None:
-        """Subscribe and poll until ``stop`` is set; then finish, commit and leave the group."""
+        """Subscribe and poll until ``stop`` is set; then finish, commit and leave the group.
+
+        Errors of single records, of the database and of the tax service do not end
+        the loop: they are retried, dead-lettered or held per record (module doc).
+
+        Raises:
+            KafkaException: a fatal consumer error (librdkafka's ``err.fatal()``, e.g.
+                the consumer was fenced); the process should exit and be restarted,
+                its partitions move to the other members meanwhile.
+        """
         self.consumer.subscribe(
             [self.topic],
             on_assign=self._on_assign,
@@ -262,6 +271,9 @@ class InvoicingWorker:
         for msg in messages:
             err = msg.error()
             if err is not None:
+                if err.fatal():  # the client cannot go on (librdkafka "Fatal errors")
+                    log.error("fatal consumer error, stopping: %s", err)
+                    raise KafkaException(err)
                 log.warning("consumer error: %s", err)
                 continue
             record = record_of(msg)
@@ -811,7 +823,14 @@ def record_hold(
 def run_invoicing_worker(
     settings: Settings, *, stop: threading.Event | None = None, install_signal_handlers: bool = True
 ) -> dict[str, int]:
-    """Build a worker from settings (composition root), run it until stopped, return its stats."""
+    """Build a worker from settings (composition root), run it until stopped (``stop``
+    set, or SIGTERM/SIGINT when ``install_signal_handlers``), and return its counters
+    by name (records stored, invoices written, fencing refusals, ...).
+
+    Raises:
+        KafkaException: a fatal consumer error (see :meth:`InvoicingWorker.run`).
+        psycopg_pool.PoolTimeout: the database did not answer within 30 s at start.
+    """
     from streams import bootstrap
 
     stop = stop or threading.Event()
