@@ -13,7 +13,7 @@ Layout (paths relative to the ``schemas/`` folder)::
     <topic>/key.schema.json            the record key: the customer id (a string)
     <topic>/headers.schema.json        the record headers (UTF-8 text values)
     <topic>/<event type>.schema.json   the record value of one event type
-    <dlq topic>/README.md              the dead-letter topic has no value schema
+    <dlq topic>/README.md              a dead-letter topic has no value schema
 
 The value of an account or invoice event is the event's ``data`` as JSON
 (CloudEvents binary content mode); the CloudEvents attributes travel as
@@ -41,7 +41,14 @@ from pydantic import TypeAdapter
 
 from streams.domain.events import TOPIC_EVENT_TYPES, CustomerId, Envelope, EventData
 from streams.settings import KafkaSettings
-from streams.topics import ACCOUNT_EVENTS_DLQ, INVOICES, REGISTRY, TopicSpec
+from streams.topics import (
+    ACCOUNT_EVENTS_DLQ,
+    DEAD_LETTER_TOPICS,
+    INVOICES,
+    INVOICES_DLQ,
+    REGISTRY,
+    TopicSpec,
+)
 
 #: Dialect of every generated schema.
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
@@ -180,14 +187,15 @@ def _headers_schema(spec: TopicSpec) -> dict[str, Any]:
     """JSON Schema of ``spec``'s record headers, as a JSON object of name → UTF-8 text."""
     topic = spec.name
     pattern_properties: dict[str, Any] = {}
-    if topic == ACCOUNT_EVENTS_DLQ.name:
+    if topic in DEAD_LETTER_TOPICS:
+        source, refused_by = DEAD_LETTER_TOPICS[topic]
         properties = dict(_DLQ_HEADERS)
         required = sorted(_DLQ_HEADERS)
         description = (
             "Headers of a dead-lettered record: the original record's headers, unchanged "
-            "(usually the ce_* headers of billing.account-events.v1, but the record may "
+            f"(usually the ce_* headers of {source}, but the record may "
             "have been refused precisely because they were missing or wrong), plus the "
-            "dlq.* headers added by the invoicing worker that refused it."
+            f"dlq.* headers added by {refused_by} that refused it."
         )
     else:
         properties = _cloudevents_headers(topic)
@@ -260,6 +268,12 @@ def message_id(event_type: str) -> str:
 
 DEAD_LETTER_MESSAGE = "deadLetter"
 
+#: AsyncAPI message id of each dead-letter topic's record (ids are unique per document).
+DEAD_LETTER_MESSAGES: dict[str, str] = {
+    ACCOUNT_EVENTS_DLQ.name: DEAD_LETTER_MESSAGE,
+    INVOICES_DLQ.name: "invoiceDeadLetter",
+}
+
 
 def _kafka_key(topic: str) -> dict[str, Any]:
     return {"key": {"$ref": f"./{topic}/{KEY_FILE}"}, "bindingVersion": KAFKA_BINDING_VERSION}
@@ -283,18 +297,18 @@ def _messages(spec: TopicSpec) -> dict[str, dict[str, Any]]:
             "payload": {"$ref": f"./{topic}/{model.event_type}.schema.json"},
             "bindings": {"kafka": _kafka_key(topic)},
         }
-    if topic == ACCOUNT_EVENTS_DLQ.name:
-        messages[DEAD_LETTER_MESSAGE] = {
+    if topic in DEAD_LETTER_TOPICS:
+        source, refused_by = DEAD_LETTER_TOPICS[topic]
+        messages[DEAD_LETTER_MESSAGES[topic]] = {
             "name": "dead_letter",
             "title": "Dead letter",
-            "summary": "A record the invoicing workers could not take, with reason and source "
-            "coordinates.",
+            "summary": f"A record {refused_by} could not take, with reason and source coordinates.",
             "description": f"See {topic}/README.md.",
             "contentType": "application/octet-stream",
             "headers": {"$ref": f"./{topic}/{HEADERS_FILE}"},
             "payload": {
                 "description": "The original record's value bytes, unchanged: usually one of "
-                "the billing.account-events.v1 messages, but not necessarily JSON (the "
+                f"the {source} messages, but not necessarily JSON (the "
                 "record may have been refused for that)."
             },
             "bindings": {"kafka": _kafka_key(topic)},
@@ -415,17 +429,18 @@ def render_asyncapi() -> str:
 _DLQ_README = """\
 # {topic}
 
-Dead-letter topic of the invoicing workers (DESIGN §3 invariant 5: bad input
-never stalls a partition and is never dropped silently).
+Dead-letter topic of {refused_by}, for records of `{source}`
+(DESIGN §3 invariant 5: bad input never stalls a partition and is never dropped
+silently).
 
 - **Key:** the original record's key, unchanged ([key.schema.json](key.schema.json);
   it may be absent or not match the schema when the key itself was the problem).
 - **Value:** the original record's value bytes, unchanged. They need not be JSON,
   so there is no value schema.
 - **Headers:** the original headers, plus the reason and the source coordinates
-  (topic, partition, offset) of the record, added by the worker that refused it
+  (topic, partition, offset) of the record, added by the process that refused it
   ([headers.schema.json](headers.schema.json)).
-- **AsyncAPI:** channel `{topic}`, message `deadLetter` in [../asyncapi.yaml](../asyncapi.yaml).
+- **AsyncAPI:** channel `{topic}`, message `{message}` in [../asyncapi.yaml](../asyncapi.yaml).
 
 Generated by `python -m streams.schemas`; do not edit.
 """
@@ -445,9 +460,10 @@ def render_schemas() -> dict[Path, str]:
             files[Path(topic) / f"{model.event_type}.schema.json"] = _dump(
                 _value_schema(topic, model)
             )
-    files[Path(ACCOUNT_EVENTS_DLQ.name) / "README.md"] = _DLQ_README.format(
-        topic=ACCOUNT_EVENTS_DLQ.name
-    )
+    for topic, (source, refused_by) in DEAD_LETTER_TOPICS.items():
+        files[Path(topic) / "README.md"] = _DLQ_README.format(
+            topic=topic, source=source, refused_by=refused_by, message=DEAD_LETTER_MESSAGES[topic]
+        )
     files[Path(ASYNCAPI_FILE)] = render_asyncapi()
     return dict(sorted(files.items()))
 

@@ -84,8 +84,23 @@ INVOICES = TopicSpec(
     retention_ms=-1,
 )
 
+INVOICES_DLQ = TopicSpec(
+    name="billing.invoices.dlq.v1",
+    partitions=12,
+    key="customer_id",
+    description="records of billing.invoices.v1 the email sender could not decode, with reason "
+    "and source coordinates",
+    retention_ms=-1,
+)
+
 #: Every topic of the pipeline, in creation order.
-REGISTRY: tuple[TopicSpec, ...] = (ACCOUNT_EVENTS, ACCOUNT_EVENTS_DLQ, INVOICES)
+REGISTRY: tuple[TopicSpec, ...] = (ACCOUNT_EVENTS, ACCOUNT_EVENTS_DLQ, INVOICES, INVOICES_DLQ)
+
+#: Dead-letter topic → (the topic its records were read from, who refuses them there).
+DEAD_LETTER_TOPICS: dict[str, tuple[str, str]] = {
+    ACCOUNT_EVENTS_DLQ.name: (ACCOUNT_EVENTS.name, "the invoicing workers"),
+    INVOICES_DLQ.name: (INVOICES.name, "the email sender"),
+}
 
 
 def by_name(name: str) -> TopicSpec:
