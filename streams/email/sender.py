@@ -6,11 +6,14 @@ Per record (:meth:`EmailSender.process`):
 
 1. decode the CloudEvents binary-mode record
    (``allowed=(InvoiceIssued, CreditNoteIssued, InvoiceVoided)``);
-   an **undecodable record** is logged at ERROR with its coordinates, counted
-   (``invoicing_email_invalid_records_total``) and skipped: its offset is committed.
-   The topic is written only by our own outbox, so a bad record is a bug of its
-   producer, fixed there and republished; the record itself stays in the topic
-   (retention: forever), so the logged coordinates are enough to re-read it;
+   an **undecodable record** is dead-lettered as it was read to
+   ``billing.invoices.dlq.v1`` with ``dlq.reason`` and its source coordinates
+   (:class:`streams.invoicing.dlq.DeadLetters`; invariant 5 of DESIGN §3), logged
+   at ERROR and counted (``invoicing_email_invalid_records_total``); then its
+   offset is committed. If the dead letter cannot be delivered, the record is
+   retried like a transient failure (never skipped unrecorded). The topic is
+   written only by our own outbox, so a bad record is a bug of its producer,
+   fixed there and republished;
 2. ``invoice.voided`` → no email (counted as ignored);
 3. a total that rounds to zero → no email; the row is recorded ``'skipped'`` with
    ``skip_reason='zero_total'`` (auditable, counted). Emails are sent exactly for
@@ -97,8 +100,9 @@ from streams.email.store import (
     NewDelivery,
 )
 from streams.email.transport import MailTransport, SmtpTransport
+from streams.invoicing.dlq import DeadLetterError, DeadLetters
 from streams.settings import Settings
-from streams.topics import INVOICES
+from streams.topics import INVOICES, INVOICES_DLQ
 
 logger = logging.getLogger("streams.email.sender")
 
@@ -174,6 +178,11 @@ def invoices_topic(settings: Settings) -> str:
     return settings.kafka.topic_prefix + INVOICES.name
 
 
+def invoices_dlq_topic(settings: Settings) -> str:
+    """The sender's dead-letter topic: ``topic_prefix + "billing.invoices.dlq.v1"``."""
+    return settings.kafka.topic_prefix + INVOICES_DLQ.name
+
+
 def _coords(msg: Message) -> tuple[str, int, int]:
     """``(topic, partition, offset)`` of a consumed record (``-1`` where librdkafka has none)."""
     partition = msg.partition()
@@ -202,6 +211,9 @@ class EmailSender:
             by :meth:`process`.
         transport: defaults to :class:`SmtpTransport` on ``settings.smtp``.
         stop: when set, retries of a transient failure stop early (shutdown).
+        dead_letters: where undecodable records go (:func:`invoices_dlq_topic`);
+            :func:`run_email_sender` always gives one. None (unit tests of
+            :meth:`process` only): such records are logged and counted only.
 
     Raises:
         EmailConfigurationError: ``settings.smtp.from_address`` is not an address.
@@ -216,6 +228,7 @@ class EmailSender:
         transport: MailTransport | None = None,
         stop: threading.Event | None = None,
         domain: str = MESSAGE_ID_DOMAIN,
+        dead_letters: DeadLetters | None = None,
     ) -> None:
         try:
             Address(addr_spec=settings.smtp.from_address)
@@ -229,6 +242,7 @@ class EmailSender:
         self._transport: MailTransport = transport or SmtpTransport(settings.smtp)
         self._stop = stop or threading.Event()
         self._domain = domain
+        self._dead_letters = dead_letters
         #: Longest time one record is retried before seeking back (seconds).
         self.retry_budget_s = max(1.0, settings.kafka.max_poll_interval_ms / 1000 / 4)
 
@@ -253,17 +267,17 @@ class EmailSender:
         try:
             envelope = decode(msg.key(), msg.value(), _headers(msg), allowed=ALLOWED_TYPES)
         except InvalidEvent as exc:
-            return self._invalid(coords, None, exc.reason)
+            return self._invalid(msg, coords, None, exc.reason)
         data = envelope.data
         if isinstance(data, InvoiceVoided):
             IGNORED_RECORDS.labels(type=data.event_type).inc()
             return ProcessResult(Outcome.IGNORED, *coords, event_id=envelope.id)
         if not isinstance(data, InvoiceIssued | CreditNoteIssued):  # the codec enforces it
-            return self._invalid(coords, envelope.id, f"unexpected data {type(data).__name__}")
+            return self._invalid(msg, coords, envelope.id, f"unexpected data {type(data).__name__}")
         try:
             ref = document_ref(data, domain=self._domain)
         except RenderError as exc:
-            return self._invalid(coords, envelope.id, exc.reason)
+            return self._invalid(msg, coords, envelope.id, exc.reason)
         new = NewDelivery(envelope.id, ref, *coords)
         try:
             zero = is_zero_total(data)
@@ -288,11 +302,35 @@ class EmailSender:
         return self._deliver(new, message)
 
     def _invalid(
-        self, coords: tuple[str, int, int], event_id: str | None, reason: str
+        self, msg: Message, coords: tuple[str, int, int], event_id: str | None, reason: str
     ) -> ProcessResult:
+        """Dead-letter ``msg`` as it was read (when a dead-letter topic is configured),
+        then log and count it; the caller commits its offset.
+
+        Raises:
+            TransientEmailError: the dead letter was not delivered: the record is
+                processed again, its offset not committed.
+        """
+        if self._dead_letters is not None:
+            try:
+                self._dead_letters.publish(
+                    key=msg.key(),
+                    value=msg.value(),
+                    headers=[(name, value or b"") for name, value in _headers(msg)],
+                    source_topic=coords[0],
+                    source_partition=coords[1],
+                    source_offset=coords[2],
+                    kind="invalid",
+                    reason=reason,
+                    attributed=msg.key() is not None,
+                )
+            except DeadLetterError as exc:
+                raise TransientEmailError(
+                    f"dead-lettering {coords[0]}/{coords[1]}@{coords[2]} failed: {exc}"
+                ) from exc
         INVALID_RECORDS.inc()
         logger.error(
-            "skipping undecodable record %s/%d@%d (event id %s): %s",
+            "undecodable record %s/%d@%d (event id %s) dead-lettered, no email: %s",
             *coords,
             event_id or "?",
             reason,
@@ -566,7 +604,17 @@ def run_email_sender(
     server = None
     try:
         the_consumer = consumer or bootstrap.consumer(settings, settings.worker.email_group)
-        sender = EmailSender(settings, the_pool, consumer=the_consumer, stop=stop_event)
+        producer = bootstrap.producer(settings)
+        dead_letters = DeadLetters(
+            producer, invoices_dlq_topic(settings), settings.worker.email_group
+        )
+        sender = EmailSender(
+            settings,
+            the_pool,
+            consumer=the_consumer,
+            stop=stop_event,
+            dead_letters=dead_letters,
+        )
         if settings.worker.metrics_port:
             server, _thread = start_http_server(settings.worker.metrics_port, addr="127.0.0.1")
             logger.info("metrics on http://127.0.0.1:%d/metrics", settings.worker.metrics_port)

@@ -56,11 +56,18 @@ from streams.domain.events import (
     TaxAmount,
 )
 from streams.email.render import document_ref, render_email
-from streams.email.sender import EmailSender, Outcome, invoices_topic, run_email_sender
+from streams.email.sender import (
+    EmailSender,
+    Outcome,
+    invoices_dlq_topic,
+    invoices_topic,
+    run_email_sender,
+)
 from streams.email.store import ClaimKind, NewDelivery
 from streams.email.transport import SmtpTransport
 from streams.settings import Settings
-from streams.topics import INVOICES
+from streams.topics import INVOICES, INVOICES_DLQ
+from tests.support.kafka import drain
 
 pytestmark = pytest.mark.integration
 
@@ -289,7 +296,9 @@ def env(tmp_path: Path) -> Iterator[Env]:
     topic = invoices_topic(settings)
     spec = INVOICES.with_prefix(settings.kafka.topic_prefix)
     assert spec.name == topic
-    ensure_topics(settings.kafka, (spec,))
+    dlq = INVOICES_DLQ.with_prefix(settings.kafka.topic_prefix)
+    assert dlq.name == invoices_dlq_topic(settings)
+    ensure_topics(settings.kafka, (spec, dlq))
     pool = bootstrap.postgres_pool(settings, name=f"email-test-{run}", max_size=4)
     try:
         yield Env(run, settings, pool, sink, topic)
@@ -300,7 +309,7 @@ def env(tmp_path: Path) -> Iterator[Env]:
             conn.execute("DELETE FROM email_deliveries WHERE customer_id LIKE %s", (f"{run}-%",))
             conn.execute("DELETE FROM outbox WHERE aggregatetype = %s", (topic,))
         admin = AdminClient({"bootstrap.servers": settings.kafka.bootstrap_servers})
-        for future in admin.delete_topics([topic], operation_timeout=30).values():
+        for future in admin.delete_topics([topic, dlq.name], operation_timeout=30).values():
             future.result()
 
 
@@ -387,6 +396,14 @@ def test_one_email_per_invoice_duplicates_absorbed_zero_total_skipped(env: Env) 
     assert metric("invoicing_email_skipped_total", reason="zero_total") - before["zero"] == 1
     assert metric("invoicing_email_invalid_records_total") - before["invalid"] == 1
     assert metric("invoicing_email_ignored_total", type="invoice.voided") - before["ignored"] == 1
+    # the undecodable record is in the dead-letter topic as it was read, with reason and source
+    [dead] = drain(env.settings.kafka, invoices_dlq_topic(env.settings), expected=1, timeout_s=30)
+    assert (dead.key(), dead.value()) == (key, b"not json")
+    meta = {k: v.decode() for k, v in dead.headers() or [] if k.startswith("dlq.")}
+    assert meta["dlq.source.topic"] == env.topic
+    assert meta["dlq.kind"] == "invalid" and meta["dlq.reason"]
+    assert meta["dlq.consumer.group"] == env.settings.worker.email_group
+    assert any(k == "ce_id" for k, _ in dead.headers() or [])  # original headers kept
 
 
 def test_crash_between_send_and_mark_resends_with_the_same_message_id(env: Env) -> None:
