@@ -60,6 +60,7 @@ def status_command(
         for group, value in view.lag.items():
             lag.add_row(f"lag of group {group}", str(value))
         lag.add_row("dead-letter records", str(view.dead_letters))
+        lag.add_row("dead-lettered invoice events (email)", str(view.invoice_dead_letters))
         lag.add_row(
             "outbox rows (oldest)", f"{view.outbox.get('rows')} ({view.outbox.get('oldest')})"
         )

@@ -27,6 +27,8 @@ class StatusView:
     fences: list[dict[str, Any]] = field(default_factory=list)
     lag: dict[str, Any] = field(default_factory=dict)
     dead_letters: int | str = 0
+    #: records of billing.invoices.v1 the email sender dead-lettered
+    invoice_dead_letters: int | str = 0
     outbox: dict[str, Any] = field(default_factory=dict)
     connector: str = "unknown"
     problems: list[str] = field(default_factory=list)
@@ -186,6 +188,7 @@ def collect(settings: Settings) -> StatusView:
             ),
         }
         view.dead_letters = topic_size(settings, prefix + "billing.account-events.dlq.v1")
+        view.invoice_dead_letters = topic_size(settings, prefix + "billing.invoices.dlq.v1")
     except (KafkaException, KeyError) as exc:
         view.problems.append(f"kafka unavailable: {exc}")
     try:
@@ -209,4 +212,9 @@ def collect(settings: Settings) -> StatusView:
         )
     if isinstance(view.dead_letters, int) and view.dead_letters:
         view.problems.append(f"{view.dead_letters} record(s) in the dead-letter topic")
+    if isinstance(view.invoice_dead_letters, int) and view.invoice_dead_letters:
+        view.problems.append(
+            f"{view.invoice_dead_letters} invoice event(s) the email sender dead-lettered "
+            "(billing.invoices.dlq.v1): no email was sent for them"
+        )
     return view

@@ -82,10 +82,12 @@ from streams.domain.events import (
     UsageRecorded,
 )
 from streams.domain.money import round_money
+from streams.ops.status import topic_size
 from streams.processes import WorkerProcess
 from streams.sandbox import Pipeline
 from streams.settings import Settings
 from streams.stack.manager import Stack
+from streams.topics import INVOICES_DLQ
 from tests.support.kafka import drain, group_lag, java_partition
 
 SEED_ENV = "CHAOS_SEED"
@@ -915,6 +917,10 @@ def check_invariants(
     lag = group_lag(kafka, pipeline.settings.worker.invoicing_group, pipeline.topic)
     if lag:
         raise fail(f"invariant 5: the invoicing group still lags {lag} records")
+    # The outbox only writes decodable events: the email sender dead-letters none.
+    email_dead = topic_size(pipeline.settings, kafka.topic_prefix + INVOICES_DLQ.name)
+    if email_dead:
+        raise fail(f"invariant 5: {email_dead} invoice event(s) dead-lettered by the email sender")
     return report
 
 

@@ -11,8 +11,10 @@ from decimal import Decimal
 
 import pytest
 
+from streams.adapters.kafka import make_producer
 from streams.adapters.maildir import list_messages
 from streams.sandbox import Pipeline
+from streams.topics import INVOICES_DLQ
 from tests.chaos.harness import (
     SEED_ENV,
     check_invariants,
@@ -114,3 +116,9 @@ def test_invariant_checks_catch_planted_violations(
     assert report.email_copies[str(message["Message-ID"]).strip()] == 2, report.summary()
     box.remove(key)
     check_invariants(p, w)
+
+    # (5) an invoice event dead-lettered by the email sender (last: it cannot be undone)
+    producer = make_producer(p.settings.kafka)
+    producer.produce(p.settings.kafka.topic_prefix + INVOICES_DLQ.name, key=b"k", value=b"v")
+    assert producer.flush(10) == 0
+    caught("dead-lettered by the email sender")
