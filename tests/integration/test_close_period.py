@@ -36,7 +36,7 @@ from streams.importers.close_period import CloseAborted, close_period, lease_nam
 from streams.importers.focus_import import import_focus
 from streams.settings import Settings
 from streams.topics import ACCOUNT_EVENTS
-from tests.support.kafka import drain, java_partition
+from tests.support.kafka import drain, headers_of, java_partition
 
 pytestmark = pytest.mark.integration
 
@@ -90,7 +90,7 @@ def sample_customers_by_period() -> dict[str, set[str]]:
 def markers(messages: list[Message]) -> list[tuple[Message, Any]]:
     found = []
     for msg in messages:
-        envelope = decode(msg.key(), msg.value(), msg.headers())
+        envelope = decode(msg.key(), msg.value(), headers_of(msg))
         if isinstance(envelope.data, BillingPeriodClosed):
             found.append((msg, envelope))
     return found
@@ -159,16 +159,20 @@ def test_one_marker_per_customer_with_usage_and_a_rerun_sends_the_same_ids(
     assert len(found) == 145
     last_usage: dict[tuple[str, str], int] = {}
     for msg in messages:
-        envelope = decode(msg.key(), msg.value(), msg.headers())
+        envelope = decode(msg.key(), msg.value(), headers_of(msg))
         if isinstance(envelope.data, UsageRecorded):
             key = (envelope.subject, envelope.data.billing_period)
-            last_usage[key] = max(last_usage.get(key, -1), msg.offset())
+            offset = msg.offset()
+            assert offset is not None
+            last_usage[key] = max(last_usage.get(key, -1), offset)
     ids_per_customer: dict[tuple[str, str], set[str]] = defaultdict(set)
     for msg, envelope in found:
         data = envelope.data
-        assert msg.partition() == java_partition(msg.key(), 12)
+        marker_key, marker_offset = msg.key(), msg.offset()
+        assert marker_key is not None and marker_offset is not None
+        assert msg.partition() == java_partition(marker_key, 12)
         assert envelope.id == close_marker_id(data.customer_id, data.billing_period)
-        assert msg.offset() > last_usage[(data.customer_id, data.billing_period)]
+        assert marker_offset > last_usage[(data.customer_id, data.billing_period)]
         assert data.lease_fencing_token is not None
         ids_per_customer[(data.customer_id, data.billing_period)].add(envelope.id)
     assert len(ids_per_customer) == 73

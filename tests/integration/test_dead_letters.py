@@ -14,12 +14,12 @@ import os
 from collections.abc import Iterator
 
 import pytest
-from confluent_kafka.admin import NewTopic
+from confluent_kafka.cimpl import NewTopic  # admin re-exports it untyped (no __all__)
 
 from streams.adapters.kafka import admin_client, make_producer
 from streams.invoicing.dlq import TRUNCATED_VALUE_BYTES, DeadLetters
 from streams.settings import Settings
-from tests.support.kafka import drain
+from tests.support.kafka import drain, headers_of, text
 
 TOPIC_MAX_MESSAGE_BYTES = 8192
 PRODUCER_MAX_MESSAGE_BYTES = 20_000
@@ -62,7 +62,7 @@ def test_an_oversized_record_is_dead_lettered_truncated(
         reason="value is not JSON",
     )
     [record] = drain(settings.kafka, dlq_topic, expected=1, timeout_s=30)
-    meta = {name: data.decode() for name, data in record.headers() or []}
+    meta = {name: text(data) for name, data in headers_of(record)}
     assert record.key() == b"cust-1"
     assert record.value() == value[:TRUNCATED_VALUE_BYTES]
     assert meta["dlq.reason"] == "value is not JSON"

@@ -67,7 +67,7 @@ from streams.email.store import ClaimKind, NewDelivery
 from streams.email.transport import SmtpTransport
 from streams.settings import Settings
 from streams.topics import INVOICES, INVOICES_DLQ
-from tests.support.kafka import drain
+from tests.support.kafka import drain, headers_of, text
 
 pytestmark = pytest.mark.integration
 
@@ -399,11 +399,11 @@ def test_one_email_per_invoice_duplicates_absorbed_zero_total_skipped(env: Env) 
     # the undecodable record is in the dead-letter topic as it was read, with reason and source
     [dead] = drain(env.settings.kafka, invoices_dlq_topic(env.settings), expected=1, timeout_s=30)
     assert (dead.key(), dead.value()) == (key, b"not json")
-    meta = {k: v.decode() for k, v in dead.headers() or [] if k.startswith("dlq.")}
+    meta = {k: text(v) for k, v in headers_of(dead) if k.startswith("dlq.")}
     assert meta["dlq.source.topic"] == env.topic
     assert meta["dlq.kind"] == "invalid" and meta["dlq.reason"]
     assert meta["dlq.consumer.group"] == env.settings.worker.email_group
-    assert any(k == "ce_id" for k, _ in dead.headers() or [])  # original headers kept
+    assert any(k == "ce_id" for k, _ in headers_of(dead))  # original headers kept
 
 
 def test_crash_between_send_and_mark_resends_with_the_same_message_id(env: Env) -> None:

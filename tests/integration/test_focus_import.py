@@ -21,7 +21,7 @@ from streams.importers import TopicMissing
 from streams.importers.focus_import import import_focus
 from streams.settings import Settings
 from streams.topics import ACCOUNT_EVENTS, TopicSpec
-from tests.support.kafka import drain, java_partition
+from tests.support.kafka import drain, headers_of, java_partition
 
 pytestmark = pytest.mark.integration
 
@@ -77,11 +77,12 @@ def check_topic(messages: list[Message], usages: list[FocusUsage]) -> None:
         assert msg.error() is None
         key = msg.key()
         assert key is not None
-        envelope = decode(key, msg.value(), msg.headers())
+        envelope = decode(key, msg.value(), headers_of(msg))
         types[envelope.type] += 1
-        assert msg.partition() == java_partition(key, PARTITIONS), envelope.subject
-        partitions[envelope.subject].add(msg.partition())
-        offset = msg.offset()
+        partition, offset = msg.partition(), msg.offset()
+        assert partition is not None and offset is not None
+        assert partition == java_partition(key, PARTITIONS), envelope.subject
+        partitions[envelope.subject].add(partition)
         if isinstance(envelope.data, CustomerUpserted):
             first_customer.setdefault(envelope.subject, offset)
             first_customer[envelope.subject] = min(first_customer[envelope.subject], offset)

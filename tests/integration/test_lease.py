@@ -11,6 +11,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from urllib.parse import urlparse
 
 import psycopg
 import pytest
@@ -93,7 +94,7 @@ def test_a_holder_cannot_release_another_holders_lease(
             a.release()
         # B's lease is untouched by A's compare-and-delete.
         stored = redis_conn.get(prefix + name)
-        assert stored is not None and stored.decode().endswith(":B")
+        assert isinstance(stored, bytes) and stored.decode().endswith(":B")
         b.ensure_held()
         assert metric("invoicing_lease_release_not_owned_total", name) == before + 1
         assert metric("invoicing_lease_lost_while_running_total", name) == lost_before + 1
@@ -257,8 +258,8 @@ class _TcpProxy:
 
 @pytest.fixture
 def proxy(settings: Settings) -> Iterator[_TcpProxy]:
-    url = redis.connection.parse_url(settings.redis.url)
-    p = _TcpProxy((str(url.get("host", "127.0.0.1")), int(url.get("port", 6379))))
+    url = urlparse(settings.redis.url)  # as the stack reads it (streams.stack.services)
+    p = _TcpProxy((url.hostname or "127.0.0.1", url.port or 6379))
     yield p
     p.cut()
 

@@ -39,7 +39,7 @@ from tests.integration.test_main_job import (
     run_period_close,
     wait_invoiced_and_emailed,
 )
-from tests.support.kafka import drain
+from tests.support.kafka import ProduceHeaders, drain, headers_of
 from tests.support.pipeline import Pipeline, isolated_pipeline
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -139,9 +139,13 @@ def test_ledger_matches_the_issued_invoices_and_counts_each_event_once(
     # 2. A redelivered copy (same headers, same ce_id) and a republished document
     #    (new ce_id, as reconciliation does): both count once.
     original = records[0]
-    headers = list(original.headers() or [])
+    headers: ProduceHeaders = list(headers_of(original))
     new_id = str(uuid.uuid4()).encode()
-    republished = [(name, new_id if name in ("ce_id", "id") else value) for name, value in headers]
+    republished: ProduceHeaders = [
+        (name, new_id if name in ("ce_id", "id") else value) for name, value in headers
+    ]
+    partition = original.partition()
+    assert partition is not None
     producer = Producer({"bootstrap.servers": p.settings.kafka.bootstrap_servers})
     for copy_headers in (headers, republished):
         producer.produce(
@@ -149,7 +153,7 @@ def test_ledger_matches_the_issued_invoices_and_counts_each_event_once(
             key=original.key(),
             value=original.value(),
             headers=copy_headers,
-            partition=original.partition(),
+            partition=partition,
         )
     assert producer.flush(10) == 0
     assert run_ledger(p, f"ledger-{unique}") == {"duplicate_event": 1, "duplicate_document": 1}

@@ -24,7 +24,7 @@ from streams.domain.money import round_money
 from streams.importers.close_period import close_period
 from streams.importers.focus_import import import_focus
 from streams.settings import Settings
-from tests.support.kafka import drain, wait_for_no_lag
+from tests.support.kafka import ProduceHeaders, drain, headers_of, text, wait_for_no_lag
 from tests.support.pipeline import Pipeline, isolated_pipeline
 
 SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "focus" / "focus_sample.csv"
@@ -109,7 +109,7 @@ def test_focus_sample_end_to_end_exactly_once(pipeline: Pipeline) -> None:
 
     # Exactly one invoice.issued per invoice on billing.invoices.v1 (Debezium outbox route).
     records = drain(p.settings.kafka, p.invoices_topic, expected=73, timeout_s=60)
-    issued = [decode(r.key(), r.value(), r.headers(), allowed=(InvoiceIssued,)) for r in records]
+    issued = [decode(r.key(), r.value(), headers_of(r), allowed=(InvoiceIssued,)) for r in records]
     per_invoice = Counter(e.data.invoice_id for e in issued)
     assert set(per_invoice) == {v[3] for v in invoices.values()}
     assert set(per_invoice.values()) == {1}
@@ -172,7 +172,7 @@ def test_bad_record_is_dead_lettered_its_customer_held_others_invoiced(pipeline:
             "event_time": "2024-09-03T00:00:00Z",
         }
     ).encode()
-    headers = [
+    headers: ProduceHeaders = [
         ("ce_specversion", b"1.0"),
         ("ce_id", b"poison-1"),
         ("ce_source", b"/tests"),
@@ -216,10 +216,10 @@ def test_bad_record_is_dead_lettered_its_customer_held_others_invoiced(pipeline:
     dead = drain(p.settings.kafka, p.dlq_topic, expected=2, timeout_s=30)
     assert len(dead) == 2
     for record in dead:
-        meta = {k: v.decode() for k, v in record.headers() or [] if k.startswith("dlq.")}
+        meta = {k: text(v) for k, v in headers_of(record) if k.startswith("dlq.")}
         assert meta["dlq.source.topic"] == p.topic
         assert int(meta["dlq.source.offset"]) >= 0
         assert meta["dlq.reason"]
-    reasons = {r.key(): dict(r.headers())["dlq.reason"].decode() for r in dead}
+    reasons = {r.key(): text(dict(headers_of(r))["dlq.reason"]) for r in dead}
     assert "float" in reasons[victim.encode()] or "decimal" in reasons[victim.encode()]
     assert "JSON" in reasons[b"garbage-key"] or "header" in reasons[b"garbage-key"]

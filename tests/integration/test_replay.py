@@ -40,7 +40,7 @@ from streams.importers.close_period import close_period
 from streams.importers.focus_import import import_focus
 from streams.replay import Mode, ReplayReport, late_usage, replay_period
 from streams.settings import Settings
-from tests.support.kafka import wait_for_no_lag
+from tests.support.kafka import ProduceHeaders, wait_for_no_lag
 from tests.support.pipeline import Pipeline, isolated_pipeline
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
@@ -368,7 +368,7 @@ def test_late_usage_is_stored_listed_reported_and_invoiced_by_apply(pipeline: Pi
     )
     producer = bootstrap.producer(p.settings)
     record = encode(Envelope.wrap(data, id=late_id, source="/tests"))
-    producer.produce(p.topic, key=record.key, value=record.value, headers=record.headers)
+    producer.produce(p.topic, key=record.key, value=record.value, headers=list(record.headers))
     assert producer.flush(10) == 0
     wait_for(
         "the late usage line stored",
@@ -606,7 +606,7 @@ def test_a_released_hold_leaves_a_missing_invoice_that_apply_issues_as_revision_
             "event_time": "2024-09-03T00:00:00Z",
         }
     ).encode()
-    headers = [
+    headers: ProduceHeaders = [
         ("ce_specversion", b"1.0"),
         ("ce_id", b"poison-1"),
         ("ce_source", b"/tests"),

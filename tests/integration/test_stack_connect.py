@@ -7,6 +7,7 @@ import time
 
 import httpx
 import psycopg
+from confluent_kafka import Message
 from psycopg import sql
 
 from streams.adapters.connect import connector_status, wait_running
@@ -82,7 +83,7 @@ def test_throwaway_debezium_connector_streams_an_inserted_row(
         # The slot exists once the task streams; insert until the change arrives.
         note = f"hello from {unique}"
         deadline = time.monotonic() + 60
-        records = []
+        records: list[Message] = []
         with psycopg.connect(pg.dsn(), autocommit=True) as conn:
             while not records and time.monotonic() < deadline:
                 conn.execute(
@@ -91,7 +92,9 @@ def test_throwaway_debezium_connector_streams_an_inserted_row(
                 )
                 records = drain(settings.kafka, topic, timeout_s=5, idle_s=1)
         assert records, f"no change event reached {topic}"
-        value = json.loads(records[0].value())
+        raw = records[0].value()
+        assert raw is not None
+        value = json.loads(raw)
         assert value["op"] == "c"
         assert value["after"]["note"] == note
     finally:

@@ -40,7 +40,9 @@ def _produce(settings: Settings, topic: str, keys: list[bytes]) -> dict[bytes, i
         if err is not None:
             errors.append(err)
         else:
-            delivered[msg.key()] = msg.partition()
+            key, partition = msg.key(), msg.partition()
+            assert key is not None and partition is not None
+            delivered[key] = partition
 
     for key in keys:
         producer.produce(topic, key=key, value=b'{"probe": true}', on_delivery=report)

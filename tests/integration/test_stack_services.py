@@ -46,7 +46,7 @@ def test_smtp_sink_stores_a_message_sent_with_smtplib(settings: Settings) -> Non
         smtp.send_message(msg)
     maildir = Layout(settings.stack.home).maildir
     deadline = time.monotonic() + 10
-    found = []
+    found: list[EmailMessage] = []
     while not found and time.monotonic() < deadline:
         found = [m for m in list_messages(maildir) if m["Message-ID"] == message_id]
         time.sleep(0.2)

@@ -1,4 +1,5 @@
-"""Test helpers for Kafka: an independent murmur2, topic creation, draining a topic."""
+"""Test helpers for Kafka: an independent murmur2, topic creation, draining a topic,
+typed access to a consumed record's headers."""
 
 from __future__ import annotations
 
@@ -108,6 +109,42 @@ def drain(
         return out
     finally:
         consumer.close()
+
+
+#: Headers as ``Producer.produce`` accepts them (the stubs' ``HeadersType``, list form).
+ProduceHeaders = list[tuple[str, str | bytes | None]]
+
+
+def headers_of(msg: Message) -> list[tuple[str, bytes | None]]:
+    """A consumed record's headers in order, as librdkafka returns them: ``(name, value)``
+    pairs, the value ``bytes`` or None; ``[]`` when the record has none.
+
+    The stubs type ``Message.headers()`` as the producer-side union (a dict, or str values);
+    a consumed record never carries those, and this says so by failing the test.
+
+    Raises:
+        AssertionError: the headers are not a list of ``(str, bytes | None)`` pairs.
+    """
+    raw = msg.headers()
+    if raw is None:
+        return []
+    assert isinstance(raw, list), f"consumed headers are not a list: {raw!r}"
+    pairs: list[tuple[str, bytes | None]] = []
+    for name, value in raw:
+        assert value is None or isinstance(value, bytes), f"header {name!r} is {value!r}"
+        pairs.append((name, value))
+    return pairs
+
+
+def text(data: bytes | None) -> str:
+    """``data`` (a key, value or header value that must be present) decoded as UTF-8.
+
+    Raises:
+        AssertionError: ``data`` is None.
+        UnicodeDecodeError: ``data`` is not UTF-8.
+    """
+    assert data is not None, "expected bytes, got None"
+    return data.decode()
 
 
 def partitions_of(messages: Iterable[Message]) -> dict[bytes, set[int]]:
