@@ -36,7 +36,7 @@ format: setup ## Apply ruff formatting and safe fixes
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-typecheck: setup ## mypy --strict on the package
+typecheck: setup ## mypy --strict on the package and its tests
 	$(BIN)/mypy
 
 compat: setup ## Refuse schema changes that break consumers (vs every committed version of schemas/)
