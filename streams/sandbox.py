@@ -11,6 +11,7 @@ two sandboxes never see each other's customers.
 from __future__ import annotations
 
 import contextlib
+import shutil
 import socket
 import subprocess
 import sys
@@ -119,8 +120,8 @@ def isolated_pipeline(
 
     with psycopg.connect(base.postgres.dsn(), autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
-    smtp_proc: subprocess.Popen[bytes] | None = None
     client = httpx.Client(base_url=base.connect.url, timeout=30)
+    sink = contextlib.ExitStack()
     try:
         migrate.upgrade(pg)
         provision_publication(pg)
@@ -145,24 +146,7 @@ def isolated_pipeline(
             response = client.put(f"/connectors/{connect.outbox_connector}/config", json=config)
             assert response.status_code in (200, 201), response.text
             wait_running(client, connect.outbox_connector, 90)
-            maildir.mkdir(parents=True, exist_ok=True)
-            with (workdir / "smtp.log").open("ab") as smtp_log:
-                smtp_proc = subprocess.Popen(
-                    [
-                        sys.executable,
-                        "-m",
-                        "streams.stack.smtp_sink",
-                        "--host",
-                        "127.0.0.1",
-                        "--port",
-                        str(smtp_port),
-                        "--maildir",
-                        str(maildir),
-                    ],
-                    stdout=smtp_log,
-                    stderr=subprocess.STDOUT,
-                )
-            _wait_port(smtp_port)
+            sink.enter_context(running_smtp_sink(workdir, port=smtp_port))
             env = {
                 "INVOICING_POSTGRES__DATABASE": database,
                 "INVOICING_POSTGRES__SLOT": pg.slot,
@@ -183,9 +167,7 @@ def isolated_pipeline(
             finally:
                 pipeline.workers.stop()
     finally:
-        if smtp_proc is not None:
-            smtp_proc.terminate()
-            smtp_proc.wait(10)
+        sink.close()
         client.delete(f"/connectors/{connect.outbox_connector}")
         client.close()
         _drop_slot(pg)
@@ -205,13 +187,63 @@ def _delete_topics(kafka: KafkaSettings) -> None:
                 future.result()
 
 
-def _wait_port(port: int, timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
-            return
-        time.sleep(0.1)
-    raise RuntimeError(f"nothing listens on 127.0.0.1:{port} after {timeout_s}s")
+class SmtpSinkError(RuntimeError):
+    """The SMTP sink process did not start listening."""
+
+
+@contextlib.contextmanager
+def running_smtp_sink(
+    workdir: Path, *, port: int | None = None, timeout_s: float = 20.0
+) -> Iterator[tuple[int, Path]]:
+    """The project's SMTP sink (:mod:`streams.stack.smtp_sink`) as a child process on
+    127.0.0.1:``port`` (default: a free port), storing into ``workdir/maildir``
+    (emptied first, so a reused workdir counts this run's mail only), logging to
+    ``workdir/smtp.log``. Yields ``(port, maildir)``; stops the process on exit.
+
+    Raises:
+        SmtpSinkError: nothing listened on the port within ``timeout_s`` seconds.
+    """
+    port = port or free_port()
+    maildir = workdir / "maildir"
+    shutil.rmtree(maildir, ignore_errors=True)
+    maildir.mkdir(parents=True)
+    log = workdir / "smtp.log"
+    with log.open("ab") as out:
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "streams.stack.smtp_sink",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--maildir",
+                str(maildir),
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    break
+            except OSError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise SmtpSinkError(
+                        f"the SMTP sink did not listen on 127.0.0.1:{port} (see {log})"
+                    ) from None
+                time.sleep(0.1)
+        yield port, maildir
+    finally:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 def _drop_database(base: PostgresSettings, database: str, timeout_s: float = 60.0) -> None:

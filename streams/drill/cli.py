@@ -81,6 +81,7 @@ def drill_command(
     """Reproduce the double-invoicing incident (naive) or show the pipeline prevents it (safe)."""
     from streams.drill import DrillError
     from streams.drill.config import DrillConfig
+    from streams.sandbox import SmtpSinkError
     from streams.settings import Settings
     from streams.stack.fake_tax import FakeTaxConfig
     from streams.worker_cli import configure_logging
@@ -130,7 +131,7 @@ def drill_command(
             from streams.drill.safe import run_safe
 
             report = run_safe(settings, config, where, run_tag=run_tag, progress=say)
-    except DrillError as exc:
+    except (DrillError, SmtpSinkError) as exc:
         console.print(f"[red]drill failed[/]: {exc}")
         raise typer.Exit(2) from exc
     out.print(report.table())

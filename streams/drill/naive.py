@@ -36,11 +36,7 @@ import contextlib
 import http.client
 import json
 import logging
-import shutil
 import smtplib
-import socket
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -63,7 +59,7 @@ from streams.drill import DrillError
 from streams.drill.config import DrillConfig
 from streams.drill.customers import CURRENCY, DrillCustomer, generate_customers
 from streams.drill.report import DrillReport, duplicate_counts, spread
-from streams.sandbox import free_port
+from streams.sandbox import running_smtp_sink
 from streams.settings import Settings
 from streams.stack.fake_tax import running_fake_tax
 
@@ -333,51 +329,6 @@ def _database(settings: Settings, name: str) -> Iterator[str]:
             log.warning("could not drop the naive database %s: %s", name, exc)
 
 
-@contextlib.contextmanager
-def _smtp_sink(workdir: Path) -> Iterator[tuple[int, Path]]:
-    """The project's SMTP sink on a free port, storing into ``workdir/maildir``."""
-    port = free_port()
-    maildir = workdir / "maildir"
-    shutil.rmtree(maildir, ignore_errors=True)  # a workdir reused: count this run's mail only
-    maildir.mkdir(parents=True)
-    with (workdir / "smtp.log").open("ab") as out:
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "streams.stack.smtp_sink",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--maildir",
-                str(maildir),
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=1):
-                    break
-            except OSError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise DrillError(
-                        f"the SMTP sink did not start (see {workdir / 'smtp.log'})"
-                    ) from None
-                time.sleep(0.1)
-        yield port, maildir
-    finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
 def _load(dsn: str, customers: list[DrillCustomer], period: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         with conn.cursor().copy(
@@ -455,7 +406,7 @@ def run_naive(
         with (
             _database(settings, database) as dsn,
             running_fake_tax(workdir / "tax", config=tax_config) as tax,
-            _smtp_sink(workdir) as (smtp_port, maildir),
+            running_smtp_sink(workdir) as (smtp_port, maildir),
         ):
             _load(dsn, customers, config.period)
             client.delete(prefix + "queue")
