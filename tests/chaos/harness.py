@@ -61,7 +61,7 @@ import re
 import signal
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -1073,6 +1073,25 @@ def wait_group_stable(
         detail=lambda: f"fences {fence_rows(pipeline)}\n{pipeline.worker_logs()}",
     )
     return result
+
+
+def start_run(
+    pipeline: Pipeline,
+    workload: Workload,
+    *,
+    invoicing: int = 3,
+    timeout_s: float = 90.0,
+    extra_env: Mapping[str, str] | None = None,
+) -> tuple[list[WorkerProcess], dict[int, str]]:
+    """The common start of a scenario: produce the workload, start ``invoicing`` workers
+    (with ``extra_env``) and one email sender, wait until the group is stable and every
+    usage event is stored. Returns (the invoicing workers, partition → owner name)."""
+    produce_workload(pipeline, workload)
+    workers = pipeline.workers.start("invoicing", invoicing, extra_env=extra_env)
+    pipeline.workers.start("email", 1)
+    owners = wait_group_stable(pipeline, workload, workers, timeout_s=timeout_s)
+    wait_stored(pipeline, workload)
+    return workers, owners
 
 
 def wait_stored(pipeline: Pipeline, workload: Workload, timeout_s: float = 60.0) -> None:

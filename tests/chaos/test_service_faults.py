@@ -32,12 +32,10 @@ from tests.chaos.harness import (
     close_all,
     first_taxed_customer,
     generate_workload,
-    produce_workload,
     shared_service_fault,
+    start_run,
     wait_connector_running,
-    wait_group_stable,
     wait_settled,
-    wait_stored,
     wait_until,
     write_report,
 )
@@ -52,11 +50,7 @@ def test_service_restarted_mid_run(
 ) -> None:
     p = pipeline
     w = generate_workload(chaos_seed, p.unique, rerun, customers=14, events_per_customer=5)
-    produce_workload(p, w)
-    workers = p.workers.start("invoicing", 3)
-    p.workers.start("email", 1)
-    wait_group_stable(p, w, workers, timeout_s=90)
-    wait_stored(p, w)
+    start_run(p, w)
 
     p.tax.admin.configure(base_latency_s=1.0)
     close_all(p, w)
@@ -86,11 +80,7 @@ def test_redis_down_mid_run(
     w = generate_workload(
         chaos_seed, p.unique, rerun, customers=12, events_per_customer=6, periods=(first, second)
     )
-    produce_workload(p, w)
-    workers = p.workers.start("invoicing", 3)
-    p.workers.start("email", 1)
-    wait_group_stable(p, w, workers, timeout_s=90)
-    wait_stored(p, w)
+    workers, _ = start_run(p, w)
 
     p.tax.admin.configure(base_latency_s=1.0)
     close_period(first, p.settings, progress=False)
@@ -145,11 +135,7 @@ def test_connect_killed_after_outbox_inserts(
 ) -> None:
     p = pipeline
     w = generate_workload(chaos_seed, p.unique, rerun, customers=18, events_per_customer=4)
-    produce_workload(p, w)
-    workers = p.workers.start("invoicing", 3)
-    p.workers.start("email", 1)
-    wait_group_stable(p, w, workers, timeout_s=90)
-    wait_stored(p, w)
+    start_run(p, w)
 
     # Watch the invoices topic from its end: Connect is killed the moment it has just
     # published a record, so that its source offsets (flushed every second) most likely
@@ -210,15 +196,11 @@ def test_connect_killed_after_outbox_inserts(
 def test_tax_service_errors_and_timeouts(pipeline: Pipeline, chaos_seed: int, rerun: str) -> None:
     p = pipeline
     w = generate_workload(chaos_seed, p.unique, rerun, customers=14, events_per_customer=5)
-    produce_workload(p, w)
-    workers = p.workers.start(
-        "invoicing",
-        3,
+    start_run(
+        p,
+        w,
         extra_env={"INVOICING_TAX__READ_TIMEOUT_S": "1.5", "INVOICING_TAX__BACKOFF_MAX_S": "0.5"},
     )
-    p.workers.start("email", 1)
-    wait_group_stable(p, w, workers, timeout_s=90)
-    wait_stored(p, w)
 
     # Seeded draws: half the requests fail (503), 15 % time out (processed, answered after
     # the client gave up); and the next two that do not fail time out, whatever the draws.

@@ -35,6 +35,7 @@ from tests.chaos.harness import (
     member_workers,
     produce_workload,
     refused_partitions,
+    start_run,
     stop_workers_and_collect_stats,
     suspended,
     wait_group_stable,
@@ -66,11 +67,7 @@ def test_worker_paused_past_max_poll_interval_is_fenced(
         session_timeout_ms=SESSION_TIMEOUT_MS,
     ) as p:
         w = generate_workload(chaos_seed, p.unique, rerun, customers=14, events_per_customer=5)
-        produce_workload(p, w)
-        workers = p.workers.start("invoicing", 3)
-        p.workers.start("email", 1)
-        owners = wait_group_stable(p, w, workers, timeout_s=90)
-        wait_stored(p, w)
+        workers, owners = start_run(p, w)
 
         p.tax.admin.configure(base_latency_s=SLOW_TAX_S)
         close_all(p, w)
@@ -126,11 +123,7 @@ def test_worker_killed_while_its_job_waits_on_tax(
         session_timeout_ms=SESSION_TIMEOUT_MS,
     ) as p:
         w = generate_workload(chaos_seed, p.unique, rerun, customers=14, events_per_customer=5)
-        produce_workload(p, w)
-        workers = p.workers.start("invoicing", 3)
-        p.workers.start("email", 1)
-        owners = wait_group_stable(p, w, workers, timeout_s=90)
-        wait_stored(p, w)
+        workers, owners = start_run(p, w)
 
         p.tax.admin.configure(base_latency_s=SLOW_TAX_S)
         close_all(p, w)
@@ -217,11 +210,7 @@ def test_rebalance_storm_never_fences_a_partition_that_stayed(
             chaos_seed, p.unique, rerun, customers=24, events_per_customer=4,
             periods=("2025-02", "2025-03"),
         )  # fmt: skip
-        produce_workload(p, w)
-        stable = p.workers.start("invoicing", 2)
-        p.workers.start("email", 1)
-        wait_group_stable(p, w, stable, timeout_s=60)
-        wait_stored(p, w)
+        start_run(p, w, invoicing=2, timeout_s=60)
 
         p.tax.admin.configure(base_latency_s=1.0)
         close_all(p, w)
