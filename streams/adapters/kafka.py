@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import struct
 import sys
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -113,10 +114,14 @@ def ensure_topics(
 ) -> list[str]:
     """Create the topics of ``specs`` (default: the registry) that do not exist.
 
-    Idempotent: existing topics are left alone. Returns the names created.
+    Idempotent: existing topics are left alone. Returns the names created, once the
+    broker's metadata shows a leader for each of their partitions: CreateTopics
+    answers before leadership has propagated, and a client that asks for offsets in
+    between gets ``NOT_LEADER_FOR_PARTITION`` (seen right after creation).
 
     Raises:
-        KafkaAdapterError: a creation failed for another reason than "exists".
+        KafkaAdapterError: a creation failed for another reason than "exists", or a
+            created topic had no leader for every partition within ``timeout_s``.
     """
     specs = specs if specs is not None else topic_specs(kafka)
     admin = admin_client(kafka)
@@ -145,7 +150,35 @@ def ensure_topics(
             err = exc.args[0]
             if err.name() != "TOPIC_ALREADY_EXISTS":
                 raise KafkaAdapterError(f"creating topic {name} failed: {err}") from exc
+    _wait_for_leaders(admin, {s.name: s.partitions for s in wanted}, timeout_s)
     return created
+
+
+def _wait_for_leaders(admin: AdminClient, partitions: dict[str, int], timeout_s: float) -> None:
+    """Poll topic metadata until each topic has ``partitions[name]`` partitions, each
+    with a leader and no error.
+
+    Raises:
+        KafkaAdapterError: not so within ``timeout_s`` (names the topics still waiting).
+    """
+    deadline = time.monotonic() + timeout_s
+    waiting = dict(partitions)
+    while waiting:
+        topics = admin.list_topics(timeout=max(1.0, deadline - time.monotonic())).topics
+        for name, count in list(waiting.items()):
+            meta = topics.get(name)
+            if (
+                meta is not None
+                and meta.error is None
+                and len(meta.partitions) == count
+                and all(p.leader >= 0 and p.error is None for p in meta.partitions.values())
+            ):
+                del waiting[name]
+        if not waiting:
+            return
+        if time.monotonic() > deadline:
+            raise KafkaAdapterError(f"no leader for every partition of {sorted(waiting)} yet")
+        time.sleep(0.1)
 
 
 # --------------------------------------------------------------------------- group metadata
