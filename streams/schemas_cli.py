@@ -31,7 +31,7 @@ FolderOption = Annotated[
 @schemas_app.command("export")
 def export(folder: FolderOption = Path("schemas")) -> None:
     """Write the JSON Schema files and asyncapi.yaml rendered from the models."""
-    from streams.schemas import write_schemas
+    from streams.schemas.render import write_schemas
 
     written = write_schemas(folder)
     for relative in written:
@@ -43,7 +43,7 @@ def export(folder: FolderOption = Path("schemas")) -> None:
 @schemas_app.command("check")
 def check(folder: FolderOption = Path("schemas")) -> None:
     """Exit 1 when the committed files differ from what the models render."""
-    from streams.schemas import stale_schemas
+    from streams.schemas.render import stale_schemas
 
     stale = stale_schemas(folder)
     for relative in stale:
@@ -77,9 +77,9 @@ def check_compat_command(
     """Refuse schema changes that would break existing consumers of a topic version.
 
     Adding optional fields, event types and topics is accepted; anything else needs
-    a new topic version (<name>.v2). See streams/schema_compat.py for the rules.
+    a new topic version (<name>.v2). See streams/schemas/compat.py for the rules.
     """
-    from streams.schema_compat import BaseUnavailable, CompatError, check_compat
+    from streams.schemas.compat import BaseUnavailable, CompatError, check_compat
 
     try:
         report = check_compat(folder, base, allow_shallow=allow_shallow)

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from streams.schema_compat import (
+from streams.schemas.compat import (
     BaseUnavailable,
     breaking_changes,
     check_compat,

@@ -27,7 +27,7 @@ from streams.domain.events import (
     UsageRecorded,
     event_models,
 )
-from streams.schemas import render_schemas, stale_schemas, write_schemas
+from streams.schemas.render import render_schemas, stale_schemas, write_schemas
 from streams.topics import REGISTRY
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"

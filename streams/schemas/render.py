@@ -24,7 +24,7 @@ models always give the same bytes.
 
 Regenerate: ``python -m streams.schemas [schemas-folder]`` (default ``./schemas``), or
 ``invoicing schemas export``. Compatibility of a change against an earlier commit:
-``invoicing schemas check-compat`` (:mod:`streams.schema_compat`).
+``invoicing schemas check-compat`` (:mod:`streams.schemas.compat`).
 """
 
 from __future__ import annotations
@@ -512,7 +512,3 @@ def main(argv: list[str] | None = None) -> int:
     for relative in write_schemas(root):
         print(f"wrote {root / relative}")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
