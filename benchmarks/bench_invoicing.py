@@ -27,7 +27,7 @@ from streams.adapters.kafka import make_producer
 from streams.domain.codec import encode
 from streams.domain.events import CustomerUpserted, Envelope, UsageRecorded
 from streams.importers.close_period import close_period
-from streams.sandbox import isolated_pipeline
+from streams.sandbox.pipeline import isolated_pipeline
 from streams.settings import Settings
 
 PERIOD = "2026-09"

@@ -36,7 +36,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from streams.domain.money import round_money
-from streams.processes import WorkerGroup
+from streams.sandbox.processes import WorkerGroup
 from streams.settings import Settings
 
 DEFAULT_SAMPLE = Path("examples/focus/focus_sample.csv")

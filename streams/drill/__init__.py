@@ -10,7 +10,7 @@ unit test checks).
 
 ``invoicing drill --mode safe`` runs the pipeline itself on the same customers,
 the same number of workers and the same tax-service latencies, in an isolated
-sandbox (:func:`streams.sandbox.isolated_pipeline`), with
+sandbox (:func:`streams.sandbox.pipeline.isolated_pipeline`), with
 ``max.poll.interval.ms`` shorter than the longest invoice job. It must show no
 duplicate invoice and no duplicate email.
 

@@ -81,7 +81,7 @@ def drill_command(
     """Reproduce the double-invoicing incident (naive) or show the pipeline prevents it (safe)."""
     from streams.drill import DrillError
     from streams.drill.config import DrillConfig
-    from streams.sandbox import SmtpSinkError
+    from streams.sandbox.smtp import SmtpSinkError
     from streams.settings import Settings
     from streams.stack.fake_tax import FakeTaxConfig
     from streams.worker_cli import configure_logging

@@ -59,7 +59,7 @@ from streams.drill import DrillError
 from streams.drill.config import DrillConfig
 from streams.drill.customers import CURRENCY, DrillCustomer, generate_customers
 from streams.drill.report import DrillReport, duplicate_counts, spread
-from streams.sandbox import running_smtp_sink
+from streams.sandbox.smtp import running_smtp_sink
 from streams.settings import Settings
 from streams.stack.fake_tax import running_fake_tax
 

@@ -2,7 +2,7 @@
 
 Same customers (the seed's), same number of workers, same tax latencies as the
 naive run, in an isolated sandbox on the real stack
-(:func:`streams.sandbox.isolated_pipeline`: own database, topics, consumer
+(:func:`streams.sandbox.pipeline.isolated_pipeline`: own database, topics, consumer
 groups, Debezium connector, SMTP sink and fake tax service):
 
 1. produce every customer's ``customer.upserted`` and ``usage.recorded`` events
@@ -41,7 +41,7 @@ from streams.drill.config import DrillConfig
 from streams.drill.customers import DrillCustomer, generate_customers, usage_events
 from streams.drill.report import DrillReport, duplicate_counts, spread
 from streams.importers.close_period import close_period
-from streams.sandbox import Pipeline, isolated_pipeline
+from streams.sandbox.pipeline import Pipeline, isolated_pipeline
 from streams.settings import Settings
 from streams.topics import ACCOUNT_EVENTS
 

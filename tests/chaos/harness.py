@@ -83,12 +83,12 @@ from streams.domain.events import (
 )
 from streams.domain.money import round_money
 from streams.ops.status import topic_size
-from streams.processes import WorkerProcess
-from streams.sandbox import Pipeline
+from streams.sandbox.processes import WorkerProcess
 from streams.settings import Settings
 from streams.stack.manager import Stack
 from streams.topics import INVOICES_DLQ
 from tests.support.kafka import drain, group_lag, java_partition
+from tests.support.pipeline import Pipeline
 
 SEED_ENV = "CHAOS_SEED"
 CURRENCY = "USD"

@@ -14,7 +14,6 @@ from __future__ import annotations
 import pytest
 
 from streams.importers.close_period import close_period
-from streams.sandbox import Pipeline
 from tests.chaos.harness import (
     check_invariants,
     generate_workload,
@@ -27,6 +26,7 @@ from tests.chaos.harness import (
     workload_records,
     write_report,
 )
+from tests.support.pipeline import Pipeline
 
 PERIODS = ("2025-02", "2025-03")
 

@@ -23,7 +23,6 @@ from confluent_kafka import OFFSET_END, Consumer, TopicPartition
 
 from streams.adapters.lease import LeaseUnavailable
 from streams.importers.close_period import close_period
-from streams.sandbox import Pipeline
 from streams.settings import Settings
 from tests.chaos.harness import (
     PARTITIONS,
@@ -39,6 +38,7 @@ from tests.chaos.harness import (
     wait_until,
     write_report,
 )
+from tests.support.pipeline import Pipeline
 
 FAST_TAX_S = 0.02
 

@@ -22,8 +22,9 @@ from streams.importers.close_period import close_period
 from streams.ops.holds import list_holds, release_hold
 from streams.ops.reconcile import reconcile
 from streams.ops.status import collect
-from streams.sandbox import Pipeline, _drop_slot, isolated_pipeline
+from streams.sandbox.pipeline import _drop_slot
 from streams.settings import Settings
+from tests.support.pipeline import Pipeline, isolated_pipeline
 
 PERIOD = "2026-10"
 
