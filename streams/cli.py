@@ -274,7 +274,8 @@ def demo_command(
 
     Exit 1 on a mismatch or a missing invoice or email.
     """
-    from streams.demo import DEFAULT_SAMPLE, print_report, run_demo
+    from streams.demo.expected import DEFAULT_SAMPLE
+    from streams.demo.run import print_report, run_demo
     from streams.worker_cli import configure_logging
 
     configure_logging("WARNING")

@@ -17,7 +17,8 @@ import pytest
 from confluent_kafka import Producer
 
 from streams.adapters.maildir import list_messages
-from streams.demo import expected_from_file, progress_counts
+from streams.demo.expected import expected_from_file
+from streams.demo.run import progress_counts
 from streams.domain.codec import decode
 from streams.domain.events import InvoiceIssued
 from streams.domain.money import round_money

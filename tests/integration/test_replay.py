@@ -32,7 +32,8 @@ from streams import bootstrap
 from streams.adapters.lease import LeaseBusy
 from streams.adapters.maildir import list_messages
 from streams.cli import app
-from streams.demo import expected_from_file, progress_counts
+from streams.demo.expected import expected_from_file
+from streams.demo.run import progress_counts
 from streams.domain.codec import encode
 from streams.domain.events import Envelope, UsageRecorded, deterministic_id, invoice_id_for
 from streams.domain.money import round_money

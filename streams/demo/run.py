@@ -1,31 +1,10 @@
-"""``invoicing demo``: the main job, end to end, on the bundled real FOCUS sample.
-
-1. brings the local stack up (idempotent);
-2. imports the FOCUS 1.0 CSV into ``billing.account-events.v1``;
-3. starts a group of invoicing workers (default 3, separate processes) and one
-   email sender;
-4. closes every billing period present in the file (``close-period``);
-5. waits, with a progress bar, until every (customer, period) of the file has an
-   invoice and every invoice's email is settled (sent, or recorded as not sent
-   with a reason: zero total, refused by SMTP, not renderable);
-6. prints the reconciliation: for each (customer, month) the exact sum of
-   ``BilledCost`` (read with the ``csv`` module, independently of the importer)
-   rounded once (half-even, minor unit) against the invoice subtotal, then the
-   summary. Exit status 1 on any mismatch, missing invoice, or invoice with a
-   non-zero total that was not emailed.
-
-Running it again changes nothing: the import deduplicates, the close markers
-have the same ids, and the invoices already exist (the table shows the same
-result).
-"""
+"""The demo's run (steps 1-6 of :mod:`streams.demo`) and its reconciliation."""
 
 from __future__ import annotations
 
-import csv
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -35,82 +14,10 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from streams.demo.expected import DEFAULT_SAMPLE, Expected, expected_from_file
 from streams.domain.money import round_money
 from streams.sandbox.processes import WorkerGroup
 from streams.settings import Settings
-
-DEFAULT_SAMPLE = Path("examples/focus/focus_sample.csv")
-
-
-@dataclass(frozen=True)
-class Expected:
-    """What the file says each (customer, period) must be invoiced: exact sums and
-    currency; ``rows`` summed, and ``unreadable`` rows (line number, reason) that
-    could not be attributed to a (customer, period)."""
-
-    sums: dict[tuple[str, str], Decimal]
-    currency: dict[tuple[str, str], str]
-    rows: int
-    unreadable: tuple[tuple[int, str], ...] = ()
-
-    @property
-    def periods(self) -> list[str]:
-        return sorted({period for _, period in self.sums})
-
-
-def _utc_month(text: str) -> str:
-    """``YYYY-MM`` of a FOCUS date-time in UTC: without an offset it is UTC (FOCUS 1.0
-    requires UTC date-times), with one it is converted. Raises ValueError otherwise."""
-    moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
-    if moment.tzinfo is not None:
-        moment = moment.astimezone(UTC)
-    return f"{moment.year:04d}-{moment.month:02d}"
-
-
-def expected_from_file(path: Path, *, customer_prefix: str = "") -> Expected:
-    """Exact sum of ``BilledCost`` per (``SubAccountId``, UTC month of
-    ``BillingPeriodStart``) of a FOCUS CSV, read with the standard ``csv`` module only.
-
-    Deliberately independent of the importer (:mod:`streams.domain.focus`): a row the
-    importer maps wrongly or skips shows up as a mismatch here instead of dropping out
-    of both sides. Rows without a usable ``SubAccountId``, ``BillingPeriodStart``,
-    ``BilledCost`` or ``BillingCurrency`` (empty or the literal ``NULL``) are listed
-    in ``unreadable`` with their line number (the header is line 1). Money is
-    ``Decimal``; nothing is rounded here.
-
-    Raises:
-        OSError: the file cannot be read.
-    """
-    sums: dict[tuple[str, str], Decimal] = defaultdict(Decimal)
-    currency: dict[tuple[str, str], str] = {}
-    unreadable: list[tuple[int, str]] = []
-    rows = 0
-    with path.open(newline="", encoding="utf-8-sig") as fh:
-        reader = csv.DictReader(fh)
-        for row in reader:
-            line = reader.line_num
-            values = {
-                name: (row.get(name) or "").strip()
-                for name in ("SubAccountId", "BillingPeriodStart", "BilledCost", "BillingCurrency")
-            }
-            empty = [name for name, value in values.items() if value in ("", "NULL")]
-            if empty:
-                unreadable.append((line, f"missing {', '.join(empty)}"))
-                continue
-            try:
-                period = _utc_month(values["BillingPeriodStart"])
-                amount = Decimal(values["BilledCost"])
-            except (ValueError, ArithmeticError) as exc:
-                unreadable.append((line, f"unreadable value: {exc}"))
-                continue
-            if not amount.is_finite():
-                unreadable.append((line, f"BilledCost {values['BilledCost']!r} is not finite"))
-                continue
-            key = (customer_prefix + values["SubAccountId"], period)
-            sums[key] += amount
-            currency[key] = values["BillingCurrency"]
-            rows += 1
-    return Expected(dict(sums), currency, rows, tuple(unreadable))
 
 
 @dataclass
