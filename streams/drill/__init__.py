@@ -21,7 +21,8 @@ Both print the same table (:mod:`streams.drill.report`). Modules:
 - :mod:`streams.drill.naive` — the failed design (reproduction only);
 - :mod:`streams.drill.safe` — the pipeline run;
 - :mod:`streams.drill.report` — the table and the expectation of each mode;
-- :mod:`streams.drill.cli` — the ``invoicing drill`` command.
+- :mod:`streams.drill.run` — one run in either mode (the command is
+  :mod:`streams.entrypoints.drill`).
 """
 
 from __future__ import annotations

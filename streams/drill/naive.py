@@ -1,7 +1,7 @@
 """THE DESIGN THAT FAILED (DESIGN §1). A reproduction for the incident drill — never use it.
 
 Nothing in the pipeline imports this module (``tests/unit/test_drill.py``
-checks); only :mod:`streams.drill.cli` runs it, for ``invoicing drill --mode naive``.
+checks); only :mod:`streams.drill.run` runs it, for ``invoicing drill --mode naive``.
 
 What the month-end run did, and this module does again, on purpose:
 

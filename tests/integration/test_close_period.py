@@ -28,10 +28,10 @@ from typer.testing import CliRunner
 from streams import bootstrap
 from streams.adapters.kafka import ensure_topics
 from streams.adapters.lease import DEFAULT_KEY_PREFIX, Lease, LeaseBusy, LeaseUnavailable
-from streams.cli import app
 from streams.domain.codec import decode
 from streams.domain.events import BillingPeriodClosed, UsageRecorded, close_marker_id
 from streams.domain.focus import FocusUsage, iter_focus_rows
+from streams.entrypoints.app import app
 from streams.importers.close_period import CloseAborted, close_period, lease_name_for
 from streams.importers.focus_import import import_focus
 from streams.settings import Settings

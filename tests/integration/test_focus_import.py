@@ -13,10 +13,10 @@ from confluent_kafka import Message
 from typer.testing import CliRunner
 
 from streams.adapters.kafka import ensure_topics
-from streams.cli import app
 from streams.domain.codec import decode
 from streams.domain.events import CustomerUpserted, UsageRecorded
 from streams.domain.focus import FocusUsage, iter_focus_rows
+from streams.entrypoints.app import app
 from streams.importers import TopicMissing
 from streams.importers.focus_import import import_focus
 from streams.settings import Settings

@@ -31,12 +31,12 @@ from typer.testing import CliRunner
 from streams import bootstrap
 from streams.adapters.lease import LeaseBusy
 from streams.adapters.maildir import list_messages
-from streams.cli import app
 from streams.demo.expected import expected_from_file
 from streams.demo.run import progress_counts
 from streams.domain.codec import encode
 from streams.domain.events import Envelope, UsageRecorded, deterministic_id, invoice_id_for
 from streams.domain.money import round_money
+from streams.entrypoints.app import app
 from streams.importers.close_period import close_period
 from streams.importers.focus_import import import_focus
 from streams.replay import Mode, ReplayReport, late_usage, replay_period
@@ -462,7 +462,7 @@ def run_replay_cli(
 ) -> subprocess.CompletedProcess[str]:
     """``invoicing replay`` as its own process (a real crash kills only that process)."""
     return subprocess.run(
-        [sys.executable, "-m", "streams.cli", "replay", period, *args, "--no-progress"],
+        [sys.executable, "-m", "streams.entrypoints", "replay", period, *args, "--no-progress"],
         env={**os.environ, **p.env, **env},
         cwd=p.workdir,
         capture_output=True,

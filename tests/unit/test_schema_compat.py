@@ -300,7 +300,7 @@ def repo(tmp_path: Path) -> Path:
 
 def run_command(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "streams.schemas_cli", "check-compat", *args],
+        [sys.executable, "-m", "streams.entrypoints.schemas", "check-compat", *args],
         cwd=repo,
         capture_output=True,
         text=True,

@@ -1,4 +1,4 @@
-"""Operator commands of ``invoicing``: status, holds, fences, outbox, reconcile."""
+"""Operator commands of ``invoicing``: status, holds, fences, outbox, reconcile (:mod:`streams.ops`)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from streams.settings import Settings
+from streams.entrypoints.common import console, exit_on, settings_of
+from streams.topics import ACCOUNT_EVENTS
 
-console = Console(stderr=True)
 #: Wide when not a terminal, so piped status output keeps its columns.
 out = Console(width=None if Console().is_terminal else 160)
 
@@ -36,6 +36,7 @@ def _table(title: str, rows: list[dict[str, object]]) -> Table | str:
 
 
 def status_command(
+    ctx: typer.Context,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
 ) -> None:
     """Invoices and emails per period, holds, late usage, fences, lag, dead letters, outbox, connector.
@@ -44,7 +45,7 @@ def status_command(
     """
     from streams.ops.status import collect
 
-    view = collect(Settings())
+    view = collect(settings_of(ctx))
     if as_json:
         out.print_json(json.dumps(view.__dict__, default=str))
     else:
@@ -74,18 +75,20 @@ def status_command(
 
 @holds_app.command("list")
 def holds_list(
+    ctx: typer.Context,
     all_: Annotated[bool, typer.Option("--all", help="Include released holds.")] = False,
 ) -> None:
     """Holds with their reason and the source coordinates of the dead-lettered record."""
     from streams.ops.holds import list_holds
 
-    with psycopg.connect(Settings().postgres.dsn(), autocommit=True) as conn:
+    with psycopg.connect(settings_of(ctx).postgres.dsn(), autocommit=True) as conn:
         rows = list_holds(conn, include_released=all_)
     out.print(_table("invoice holds", [r.__dict__ for r in rows]))
 
 
 @holds_app.command("release")
 def holds_release(
+    ctx: typer.Context,
     hold_id: Annotated[int, typer.Argument(help="The hold to release (see `holds list`).")],
     note: Annotated[
         str, typer.Option("--note", help="Why it is safe to release (kept with the hold).")
@@ -95,31 +98,30 @@ def holds_release(
     from streams import bootstrap
     from streams.ops.holds import HoldError, release_hold
 
-    settings = Settings()
+    settings = settings_of(ctx)
     producer = bootstrap.producer(settings)
     who = f"{getpass.getuser()}@{socket.gethostname()}"
-    with psycopg.connect(settings.postgres.dsn(), autocommit=True) as conn:
-        try:
-            periods = release_hold(
-                conn,
-                producer,
-                settings.kafka.topic_prefix + "billing.account-events.v1",
-                hold_id,
-                released_by=who,
-                note=note,
-            )
-        except HoldError as exc:
-            console.print(f"[red]{exc}[/]")
-            raise typer.Exit(2) from exc
+    with (
+        psycopg.connect(settings.postgres.dsn(), autocommit=True) as conn,
+        exit_on((HoldError, 2, None)),
+    ):
+        periods = release_hold(
+            conn,
+            producer,
+            ACCOUNT_EVENTS.with_prefix(settings.kafka.topic_prefix).name,
+            hold_id,
+            released_by=who,
+            note=note,
+        )
     console.print(
         f"hold #{hold_id} released; re-closed: {', '.join(periods) or 'nothing (no held close)'}"
     )
 
 
 @fences_app.command("list")
-def fences_list() -> None:
+def fences_list(ctx: typer.Context) -> None:
     """Every fence row: group, topic, partition, generation, member, updated."""
-    with psycopg.connect(Settings().postgres.dsn(), autocommit=True) as conn:
+    with psycopg.connect(settings_of(ctx).postgres.dsn(), autocommit=True) as conn:
         rows = conn.execute(
             "SELECT group_id, topic, partition, generation, member_id, updated_at FROM partition_fences "
             "ORDER BY 1, 2, 3"
@@ -130,6 +132,7 @@ def fences_list() -> None:
 
 @fences_app.command("reset")
 def fences_reset(
+    ctx: typer.Context,
     group_id: Annotated[str, typer.Argument(help="Consumer group whose fences to delete.")],
     yes: Annotated[
         bool, typer.Option("--yes", help="Confirm: no member of the group is running.")
@@ -143,13 +146,14 @@ def fences_reset(
     if not yes:
         console.print("refusing without --yes: stop every member of the group first")
         raise typer.Exit(2)
-    with psycopg.connect(Settings().postgres.dsn()) as conn:
+    with psycopg.connect(settings_of(ctx).postgres.dsn()) as conn:
         deleted = reset_group(conn, group_id)
     console.print(f"deleted {deleted} fence row(s) of group {group_id}")
 
 
 @outbox_app.command("prune")
 def outbox_prune(
+    ctx: typer.Context,
     older_than_days: Annotated[
         int, typer.Option("--older-than-days", min=1, help="Retention in days.")
     ] = 30,
@@ -157,12 +161,13 @@ def outbox_prune(
     """Delete outbox rows older than the retention (Debezium's EventRouter ignores deletes)."""
     from streams.ops.reconcile import prune_outbox
 
-    with psycopg.connect(Settings().postgres.dsn(), autocommit=True) as conn:
+    with psycopg.connect(settings_of(ctx).postgres.dsn(), autocommit=True) as conn:
         deleted = prune_outbox(conn, timedelta(days=older_than_days))
     console.print(f"deleted {deleted} outbox row(s) older than {older_than_days} days")
 
 
 def reconcile_command(
+    ctx: typer.Context,
     republish: Annotated[
         bool, typer.Option("--republish", help="Write a new outbox row per missing document.")
     ] = False,
@@ -172,7 +177,7 @@ def reconcile_command(
     never emailed; --republish sends them again (deduplicated downstream by document). Exit 1 if any."""
     from streams.ops.reconcile import reconcile
 
-    settings = Settings()
+    settings = settings_of(ctx)
     with psycopg.connect(settings.postgres.dsn(), autocommit=True) as conn:
         report = reconcile(
             conn, settings, republish=republish, email_grace=timedelta(minutes=email_grace_minutes)
@@ -196,12 +201,3 @@ def reconcile_command(
         )
     if report.missing_events or report.emails_not_sent:
         raise typer.Exit(1)
-
-
-def register(app: typer.Typer) -> None:
-    """Mount the operator commands on the main ``invoicing`` app."""
-    app.command("status")(status_command)
-    app.command("reconcile")(reconcile_command)
-    app.add_typer(holds_app, name="holds")
-    app.add_typer(fences_app, name="fences")
-    app.add_typer(outbox_app, name="outbox")
