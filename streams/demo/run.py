@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from rich.console import Console
@@ -17,6 +18,27 @@ from streams.demo.expected import DEFAULT_SAMPLE, Expected, expected_from_file
 from streams.domain.money import round_money
 from streams.sandbox.processes import WorkerGroup
 from streams.settings import Settings
+
+if TYPE_CHECKING:
+    from streams.importers.close_period import ClosePeriodRun
+    from streams.importers.focus_import import ImportFocusRun
+
+
+@dataclass(frozen=True)
+class DemoClients:
+    """What the demo runs through, wired by the composition root
+    (:func:`streams.bootstrap.demo_clients`); each builds its clients when called,
+    after the stack is up.
+
+    Attributes:
+        import_focus: the FOCUS import with its producer.
+        close_period: close-period with its clients.
+        database: a new autocommit connection of the application role (closed by the demo).
+    """
+
+    import_focus: ImportFocusRun
+    close_period: ClosePeriodRun
+    database: Callable[[Settings], psycopg.Connection[Any]]
 
 
 @dataclass
@@ -124,14 +146,13 @@ def reconcile(
 def run_demo(
     settings: Settings,
     *,
+    clients: DemoClients,
     path: Path = DEFAULT_SAMPLE,
     workers: int = 3,
     timeout_s: float = 600.0,
     console: Console | None = None,
 ) -> DemoReport:
     """The main job (see the module docstring). Returns the report; the CLI prints it."""
-    from streams.importers.close_period import close_period
-    from streams.importers.focus_import import import_focus
     from streams.stack.manager import Stack
 
     console = console or Console(stderr=True)
@@ -149,21 +170,21 @@ def run_demo(
         group.start("email", 1)
         console.print(f"started {workers} invoicing workers and 1 email sender (logs: {log_dir})")
 
-        summary = import_focus(path, settings, progress=True)
+        summary = clients.import_focus(path, settings, progress=True)
         timings["import"] = time.monotonic() - t1
         console.print(
             f"imported {summary.produced} usage rows, {summary.customers_produced} customers "
             f"({summary.produced / max(summary.elapsed_s, 1e-9):.0f} rows/s)"
         )
         for period in expected.periods:
-            close_period(period, settings, progress=False)
+            clients.close_period(period, settings, progress=False)
         console.print(f"closed billing periods: {', '.join(expected.periods)}")
 
         t2 = time.monotonic()
         wanted = len(expected.sums)
         deadline = time.monotonic() + timeout_s
         with (
-            psycopg.connect(settings.postgres.dsn(), autocommit=True) as conn,
+            clients.database(settings) as conn,
             Progress(
                 TextColumn("{task.description}"),
                 BarColumn(),
@@ -188,7 +209,7 @@ def run_demo(
                     break
                 time.sleep(0.5)
         timings["invoice+email"] = time.monotonic() - t2
-        with psycopg.connect(settings.postgres.dsn(), autocommit=True) as conn:
+        with clients.database(settings) as conn:
             report = reconcile(conn, expected, stack.layout.maildir)
     timings["total"] = time.monotonic() - t0
     report.timings = timings

@@ -352,13 +352,16 @@ def run_naive(
     workdir: Path,
     *,
     run_tag: str,
+    redis_conn: redis.Redis,
     progress: Callable[[str], None] | None = None,
 ) -> DrillReport:
     """Run the failed design on the seed's customers and count what it did.
 
     Creates (and drops) the database ``drill_naive_<seed>_<tag>``, a fake tax service
     with ``config.tax`` and an SMTP sink (files in ``workdir``), and Redis keys under
-    ``drill:naive:<tag>:`` (deleted afterwards).
+    ``drill:naive:<tag>:`` through ``redis_conn`` (deleted afterwards; the client is
+    closed at the end). Like the sandbox, the run connects to the database it
+    created by itself (one connection per worker thread, as the failed design did).
 
     Raises:
         DrillError: a worker died, or the run did not finish in ``config.timeout_s``.
@@ -396,7 +399,7 @@ def run_naive(
     )
     database = f"drill_naive_{config.seed}_{run_tag}"
     prefix = f"drill:naive:{run_tag}:"
-    client = redis.Redis.from_url(settings.redis.url, socket_timeout=10)
+    client = redis_conn
     tax_config = (
         config.tax
         if config.tax.seed is not None

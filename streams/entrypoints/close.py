@@ -27,8 +27,9 @@ def close_period_command(
     3: Redis unreachable (nothing emitted); 4: another run holds the lease (nothing
     emitted); 5: aborted part-way (lease lost or fenced; rerun to continue).
     """
+    from streams import bootstrap
     from streams.importers import ImporterError
-    from streams.importers.close_period import CloseAborted, close_period
+    from streams.importers.close_period import CloseAborted
 
     with leased_job(
         job="close-period",
@@ -36,7 +37,7 @@ def close_period_command(
         aborted=CloseAborted,
         errors=(ImporterError,),
     ):
-        summary = close_period(
+        summary = bootstrap.run_close_period(
             period,
             settings_of(ctx),
             lease_ttl_s=lease_ttl,

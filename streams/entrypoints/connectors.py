@@ -26,9 +26,9 @@ def connectors_apply(ctx: typer.Context) -> None:
 @app.command("status")
 def connectors_status(ctx: typer.Context) -> None:
     """The outbox connector's state and its tasks' states, from Connect's REST API."""
-    from streams.adapters.connect import connector_status
+    from streams import bootstrap
 
-    status = connector_status(settings_of(ctx))
+    status = bootstrap.outbox_connector_status(settings_of(ctx))
     out.print_json(json.dumps(status) if status else "null")
     if not status or status["connector"]["state"] != "RUNNING":
         raise typer.Exit(1)

@@ -31,6 +31,7 @@ def demo_command(
 
     Exit 1 on a mismatch or a missing invoice or email.
     """
+    from streams import bootstrap
     from streams.demo.expected import DEFAULT_SAMPLE
     from streams.demo.run import run_demo
 
@@ -38,6 +39,7 @@ def demo_command(
     settings = settings_of(ctx)
     report = run_demo(
         settings,
+        clients=bootstrap.demo_clients(),
         path=path or settings.stack.home / DEFAULT_SAMPLE,
         workers=workers,
         timeout_s=timeout_s,

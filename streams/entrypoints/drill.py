@@ -77,6 +77,7 @@ def drill_command(
     ] = False,
 ) -> None:
     """Reproduce the double-invoicing incident (naive) or show the pipeline prevents it (safe)."""
+    from streams import bootstrap
     from streams.drill import DrillError
     from streams.drill.config import DrillConfig
     from streams.drill.run import run_drill
@@ -120,7 +121,15 @@ def drill_command(
         console.print(f"[cyan]drill[/]: {message}")
 
     with exit_on(((DrillError, SmtpSinkError), 2, "drill failed"), to=console):
-        report = run_drill(mode, settings, config, where, run_tag=run_tag, progress=say)
+        report = run_drill(
+            mode,
+            settings,
+            config,
+            where,
+            run_tag=run_tag,
+            clients=bootstrap.drill_clients(),
+            progress=say,
+        )
     out.print(report.table())
     verdict = "[green]holds[/]" if report.ok else "[red]does NOT hold[/]"
     out.print(f"expectation ({report.expectation}): {verdict}")

@@ -31,11 +31,11 @@ def import_focus_command(
     failed or Kafka/the topic is unavailable; 2: the file cannot be imported;
     3: --strict and rows were skipped.
     """
+    from streams import bootstrap
     from streams.importers import ImporterError, SourceUnreadable
-    from streams.importers.focus_import import import_focus
 
     with exit_on((SourceUnreadable, 2, "cannot import"), (ImporterError, 1, "import failed")):
-        summary = import_focus(path, settings_of(ctx), progress=progress)
+        summary = bootstrap.run_import_focus(path, settings_of(ctx), progress=progress)
     print_summary(summary, console)
     if json_out:
         out.print_json(json.dumps(summary.to_dict()))

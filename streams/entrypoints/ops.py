@@ -8,13 +8,12 @@ import socket
 from datetime import timedelta
 from typing import Annotated
 
-import psycopg
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from streams.entrypoints.common import console, exit_on, settings_of
-from streams.topics import ACCOUNT_EVENTS
+from streams.topics import ACCOUNT_EVENTS, INVOICES
 
 #: Wide when not a terminal, so piped status output keeps its columns.
 out = Console(width=None if Console().is_terminal else 160)
@@ -43,9 +42,11 @@ def status_command(
 
     Exit 1 when something needs an operator (open holds, late usage, dead letters, a service down).
     """
+    from streams import bootstrap
     from streams.ops.status import collect
 
-    view = collect(settings_of(ctx))
+    settings = settings_of(ctx)
+    view = collect(settings, bootstrap.status_sources(settings))
     if as_json:
         out.print_json(json.dumps(view.__dict__, default=str))
     else:
@@ -79,9 +80,10 @@ def holds_list(
     all_: Annotated[bool, typer.Option("--all", help="Include released holds.")] = False,
 ) -> None:
     """Holds with their reason and the source coordinates of the dead-lettered record."""
+    from streams import bootstrap
     from streams.ops.holds import list_holds
 
-    with psycopg.connect(settings_of(ctx).postgres.dsn(), autocommit=True) as conn:
+    with bootstrap.connection(settings_of(ctx)) as conn:
         rows = list_holds(conn, include_released=all_)
     out.print(_table("invoice holds", [r.__dict__ for r in rows]))
 
@@ -102,7 +104,7 @@ def holds_release(
     producer = bootstrap.producer(settings)
     who = f"{getpass.getuser()}@{socket.gethostname()}"
     with (
-        psycopg.connect(settings.postgres.dsn(), autocommit=True) as conn,
+        bootstrap.connection(settings) as conn,
         exit_on((HoldError, 2, None)),
     ):
         periods = release_hold(
@@ -121,13 +123,12 @@ def holds_release(
 @fences_app.command("list")
 def fences_list(ctx: typer.Context) -> None:
     """Every fence row: group, topic, partition, generation, member, updated."""
-    with psycopg.connect(settings_of(ctx).postgres.dsn(), autocommit=True) as conn:
-        rows = conn.execute(
-            "SELECT group_id, topic, partition, generation, member_id, updated_at FROM partition_fences "
-            "ORDER BY 1, 2, 3"
-        ).fetchall()
-    keys = ("group", "topic", "partition", "generation", "member", "updated")
-    out.print(_table("partition fences", [dict(zip(keys, r, strict=True)) for r in rows]))
+    from streams import bootstrap
+    from streams.ops.fences import list_fences
+
+    with bootstrap.connection(settings_of(ctx)) as conn:
+        rows = list_fences(conn)
+    out.print(_table("partition fences", rows))
 
 
 @fences_app.command("reset")
@@ -141,12 +142,13 @@ def fences_reset(
     """Delete a group's fence rows: after the group was deleted or its offsets expired
     (its generation restarted from the bottom and every claim is refused). Stop every
     member first; the next members claim afresh."""
+    from streams import bootstrap
     from streams.invoicing.fencing import reset_group
 
     if not yes:
         console.print("refusing without --yes: stop every member of the group first")
         raise typer.Exit(2)
-    with psycopg.connect(settings_of(ctx).postgres.dsn()) as conn:
+    with bootstrap.connection(settings_of(ctx), autocommit=False) as conn:
         deleted = reset_group(conn, group_id)
     console.print(f"deleted {deleted} fence row(s) of group {group_id}")
 
@@ -159,9 +161,10 @@ def outbox_prune(
     ] = 30,
 ) -> None:
     """Delete outbox rows older than the retention (Debezium's EventRouter ignores deletes)."""
+    from streams import bootstrap
     from streams.ops.reconcile import prune_outbox
 
-    with psycopg.connect(settings_of(ctx).postgres.dsn(), autocommit=True) as conn:
+    with bootstrap.connection(settings_of(ctx)) as conn:
         deleted = prune_outbox(conn, timedelta(days=older_than_days))
     console.print(f"deleted {deleted} outbox row(s) older than {older_than_days} days")
 
@@ -175,12 +178,17 @@ def reconcile_command(
 ) -> None:
     """Issued invoices/credit notes whose event never reached billing.invoices.v1, and invoices
     never emailed; --republish sends them again (deduplicated downstream by document). Exit 1 if any."""
+    from streams import bootstrap
     from streams.ops.reconcile import reconcile
 
     settings = settings_of(ctx)
-    with psycopg.connect(settings.postgres.dsn(), autocommit=True) as conn:
+    with bootstrap.connection(settings) as conn:
         report = reconcile(
-            conn, settings, republish=republish, email_grace=timedelta(minutes=email_grace_minutes)
+            conn,
+            lambda: bootstrap.topic_reader(settings),
+            INVOICES.with_prefix(settings.kafka.topic_prefix).name,
+            republish=republish,
+            email_grace=timedelta(minutes=email_grace_minutes),
         )
     out.print(f"documents: {report.documents}, events on the topic: {report.events_on_topic}")
     out.print(
