@@ -236,12 +236,9 @@ def _scan_topic(
         metadata = consumer.list_topics(topic, timeout=10)
         partitions = sorted(metadata.topics[topic].partitions)
         start_ms = int((period.start - margin).timestamp() * 1000)
-        try:
-            starts = consumer.offsets_for_times(
-                [TopicPartition(topic, p, start_ms) for p in partitions], timeout=10
-            )
-        except KafkaException as exc:
-            raise KafkaUnavailable(f"offsets_for_times on {topic} failed: {exc}") from exc
+        starts = _offsets_for_times(
+            consumer, [TopicPartition(topic, p, start_ms) for p in partitions]
+        )
         ends: dict[int, int] = {}
         assignment: list[TopicPartition] = []
         for tp in starts:
@@ -309,6 +306,41 @@ def _scan_topic(
         return scan
     finally:
         consumer.close()
+
+
+#: Errors of a partition whose leadership is still settling (right after the topic was
+#: created, or during a leader election): asking again shortly succeeds.
+_LEADERSHIP_SETTLING = frozenset(
+    {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE}
+)
+
+#: How long the offset lookup is retried while leadership settles (seconds).
+OFFSETS_SETTLE_S = 15.0
+
+
+def _offsets_for_times(consumer: Consumer, wanted: list[TopicPartition]) -> list[TopicPartition]:
+    """``consumer.offsets_for_times(wanted)``, asked again every 0.2 s for up to
+    :data:`OFFSETS_SETTLE_S` while a partition's leadership is settling.
+
+    Seen on a topic created a moment before the scan: its metadata already names a
+    leader, and ListOffsets still answers ``NOT_LEADER_FOR_PARTITION``.
+
+    Raises:
+        KafkaUnavailable: another error, or leadership still settling after the retries.
+    """
+    topic = wanted[0].topic if wanted else "?"
+    deadline = time.monotonic() + OFFSETS_SETTLE_S
+    while True:
+        try:
+            found: list[TopicPartition] = consumer.offsets_for_times(wanted, timeout=10)
+            return found
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args else None
+            settling = isinstance(error, KafkaError) and error.code() in _LEADERSHIP_SETTLING
+            if not settling or time.monotonic() > deadline:
+                raise KafkaUnavailable(f"offsets_for_times on {topic} failed: {exc}") from exc
+            logger.info("offsets_for_times on %s: %s; asking again", topic, error)
+            time.sleep(0.2)
 
 
 def _usage_customer(msg: Any, period: str) -> str | None:
