@@ -32,6 +32,12 @@ def with_metrics_port(settings: Settings, metrics_port: int | None) -> Settings:
     return settings.model_copy(update={"worker": worker})
 
 
+def _start(ctx: typer.Context, metrics_port: int | None, log_level: str) -> Settings:
+    """Configure logging; the process's settings with the command line's metrics port."""
+    configure_logging(log_level)
+    return with_metrics_port(settings_of(ctx), metrics_port)
+
+
 @app.command("email")
 def worker_email(
     ctx: typer.Context,
@@ -42,8 +48,7 @@ def worker_email(
     from streams.email.errors import EmailConfigurationError
     from streams.email.sender import run_email_sender
 
-    configure_logging(log_level)
-    settings = with_metrics_port(settings_of(ctx), metrics_port)
+    settings = _start(ctx, metrics_port, log_level)
     try:
         run_email_sender(settings)
     except EmailConfigurationError as exc:
@@ -62,8 +67,7 @@ def worker_invoicing(
 
     from streams.invoicing.worker import run_invoicing_worker
 
-    configure_logging(log_level)
-    settings = with_metrics_port(settings_of(ctx), metrics_port)
+    settings = _start(ctx, metrics_port, log_level)
     if settings.worker.metrics_port:
         start_http_server(settings.worker.metrics_port, addr="127.0.0.1")
     run_invoicing_worker(settings)

@@ -7,15 +7,16 @@ topics' names and the workers' logs for failure messages.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable, Iterator
+from typing import ParamSpec
 
 from streams.sandbox import pipeline as sandbox
 from streams.sandbox.smtp import free_port
-from streams.settings import Settings
 from streams.topics import ACCOUNT_EVENTS_DLQ, INVOICES
 
 __all__ = ["Pipeline", "free_port", "isolated_pipeline"]
+
+P = ParamSpec("P")
 
 
 class Pipeline(sandbox.Pipeline):
@@ -47,23 +48,16 @@ class Pipeline(sandbox.Pipeline):
         return "\n".join(parts)
 
 
-@contextlib.contextmanager
-def isolated_pipeline(
-    base: Settings,
-    unique: str,
-    workdir: Path,
-    *,
-    group_protocol: str | None = None,
-    max_poll_interval_ms: int | None = None,
-    session_timeout_ms: int | None = None,
-) -> Iterator[Pipeline]:
-    """:func:`streams.sandbox.pipeline.isolated_pipeline`, as a :class:`Pipeline`."""
-    with sandbox.isolated_pipeline(
-        base,
-        unique,
-        workdir,
-        group_protocol=group_protocol,
-        max_poll_interval_ms=max_poll_interval_ms,
-        session_timeout_ms=session_timeout_ms,
-    ) as pipeline:
-        yield Pipeline.of(pipeline)
+def _yielding_test_pipelines(
+    make: Callable[P, contextlib.AbstractContextManager[sandbox.Pipeline]],
+) -> Callable[P, contextlib.AbstractContextManager[Pipeline]]:
+    @contextlib.contextmanager
+    def wrapped(*args: P.args, **kwargs: P.kwargs) -> Iterator[Pipeline]:
+        with make(*args, **kwargs) as pipeline:
+            yield Pipeline.of(pipeline)
+
+    return wrapped
+
+
+#: :func:`streams.sandbox.pipeline.isolated_pipeline` (same arguments), yielding a :class:`Pipeline`.
+isolated_pipeline = _yielding_test_pipelines(sandbox.isolated_pipeline)
