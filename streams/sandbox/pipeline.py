@@ -106,16 +106,16 @@ def isolated_pipeline(
         provision_publication(pg)
         with running_fake_tax(workdir / "tax") as tax:
             tax_settings = base.tax.model_copy(update={"url": tax.url})
-            settings = Settings(
-                postgres=pg,
-                kafka=kafka,
-                worker=worker,
-                connect=connect,
-                smtp=smtp,
-                tax=tax_settings,
-                redis=base.redis,
-                fakes=base.fakes,
-                stack=base.stack,
+            # Derived from the caller's settings, not loaded again from the environment.
+            settings = base.model_copy(
+                update={
+                    "postgres": pg,
+                    "kafka": kafka,
+                    "worker": worker,
+                    "connect": connect,
+                    "smtp": smtp,
+                    "tax": tax_settings,
+                }
             )
             ensure_topics(kafka, topic_specs(kafka))
             config = render_outbox_config(settings, base.stack.home)
