@@ -13,13 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from streams.adapters.tax import (
-    HttpTaxService,
-    InMemoryTaxService,
-    Rate,
-    TaxRejected,
-    TaxService,
-)
+from streams.adapters.memory.tax import InMemoryTaxService
+from streams.adapters.tax.client import HttpTaxService
+from streams.billing.ports import Rate, TaxRejected, TaxService
 from streams.domain.invoice import TaxLine
 from streams.settings import TaxSettings
 from streams.stack.fake_tax import FakeTaxConfig, FakeTaxProcess, running_fake_tax
