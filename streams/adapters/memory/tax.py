@@ -54,7 +54,8 @@ class InMemoryTaxService:
         ledger: TaxLedger | None = None,
     ) -> None:
         self.max_lines_per_request = max_lines_per_request
-        self.ledger = ledger or TaxLedger(max_lines=max_lines_per_request)
+        # not ``ledger or …``: an empty ledger has len 0, so it is falsy
+        self.ledger = ledger if ledger is not None else TaxLedger(max_lines=max_lines_per_request)
         self.calls: list[RecordedCall] = []
         #: When true, every request raises :class:`TaxUnavailable` (status ``None``),
         #: as the HTTP client does when the service cannot be reached.
