@@ -14,7 +14,8 @@ from confluent_kafka import Consumer, Producer
 from psycopg_pool import ConnectionPool
 
 from streams.adapters.kafka import make_consumer, make_producer
-from streams.adapters.tax import HttpTaxService, RedisTaxCache
+from streams.adapters.tax.cache import RedisTaxCache
+from streams.adapters.tax.client import HttpTaxService
 from streams.settings import Settings
 
 
