@@ -207,3 +207,4 @@ def test_the_subtotal_is_the_exact_sum_of_the_lines_rounded_once(
     assert invoice.subtotal == round_money(exact, "USD")
     days = sum(segment.day_count for segment in invoice.segments)
     assert days == 30
+    assert all(line.amount > 0 for line in invoice.lines if line.charge_model == "minimum")

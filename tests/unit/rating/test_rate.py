@@ -288,6 +288,14 @@ def test_the_minimum_is_prorated_and_trues_up_only_when_not_met() -> None:
     assert met.subtotal == D("50.00")
 
 
+def test_a_minimum_met_exactly_needs_no_true_up() -> None:
+    exactly = rated([subscribed()], calls(700))  # 30 + 700 * 0.10 = 100
+    assert "min" not in amounts(exactly)
+    one_short = rated([subscribed()], calls(699))
+    assert amounts(one_short)["min"] == D("0.10")
+    assert exactly.subtotal == one_short.subtotal == D("100.00")
+
+
 def test_pass_through_counts_towards_the_minimum() -> None:
     invoice = rated([subscribed()], [], [usage_line("cloud-1", "80")])
     assert "min" not in amounts(invoice)  # 30 + 80 * 1.1 = 118 >= 100
