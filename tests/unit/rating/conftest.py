@@ -17,7 +17,7 @@ from hypothesis import settings
 PROFILE = "invoicing-unit"
 
 settings.register_profile(
-    PROFILE, derandomize=True, database=None, print_blob=True, max_examples=60, deadline=None
+    PROFILE, derandomize=True, database=None, print_blob=True, max_examples=50, deadline=None
 )
 settings.load_profile(PROFILE)
 

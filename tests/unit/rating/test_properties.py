@@ -6,7 +6,7 @@ import random
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streams.domain.events import SubscriptionChanged, SubscriptionStarted
@@ -173,6 +173,7 @@ subscriptions = st.builds(
 )
 
 
+@settings(max_examples=30)  # three ratings of up to 40 events per example
 @given(subscriptions, metered_events(), st.randoms(use_true_random=False))
 def test_rating_is_deterministic_and_independent_of_event_order(
     subs: list[SubscriptionStarted | SubscriptionChanged],
@@ -195,6 +196,7 @@ def test_rating_is_deterministic_and_independent_of_event_order(
     assert from_parts == first
 
 
+@settings(max_examples=30)
 @given(subscriptions, metered_events())
 def test_the_subtotal_is_the_exact_sum_of_the_lines_rounded_once(
     subs: list[SubscriptionStarted | SubscriptionChanged], events: list[MeteredEvent]
