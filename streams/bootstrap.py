@@ -23,7 +23,8 @@ from psycopg_pool import ConnectionPool
 from streams.adapters.connect import connector_status
 from streams.adapters.kafka import make_consumer, make_producer, make_reader
 from streams.adapters.lease import DEFAULT_KEY_PREFIX
-from streams.adapters.tax import HttpTaxService, RedisTaxCache
+from streams.adapters.tax.cache import RedisTaxCache
+from streams.adapters.tax.client import HttpTaxService
 from streams.importers.close_period import DEFAULT_SCAN_MARGIN, CloseSummary, close_period
 from streams.importers.focus_import import FLUSH_TIMEOUT_S, ImportSummary, import_focus
 from streams.ops.status import StatusSources

@@ -73,7 +73,15 @@ ACCOUNT_EVENTS = TopicSpec(
     partitions=12,
     key="customer_id",
     description="customer.upserted, usage.recorded, billing_period.closed (CloudEvents, binary mode)",
-    event_types=("customer.upserted", "usage.recorded", "billing_period.closed"),
+    event_types=(
+        "customer.upserted",
+        "usage.recorded",
+        "billing_period.closed",
+        "usage.metered",
+        "subscription.started",
+        "subscription.changed",
+        "subscription.ended",
+    ),
     retention_ms=-1,
 )
 

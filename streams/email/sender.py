@@ -78,6 +78,7 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
+from streams.billing.ports import MailTransport
 from streams.domain.codec import decode
 from streams.domain.errors import InvalidEvent
 from streams.domain.events import CreditNoteIssued, InvoiceIssued, InvoiceVoided
@@ -99,7 +100,7 @@ from streams.email.store import (
     DeliveryStore,
     NewDelivery,
 )
-from streams.email.transport import MailTransport, SmtpTransport
+from streams.email.transport import SmtpTransport
 from streams.invoicing.dlq import DeadLetterError, DeadLetters
 from streams.settings import Settings
 from streams.topics import INVOICES, INVOICES_DLQ

@@ -41,7 +41,7 @@ from typing import Any
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from streams.adapters.tax import TaxRejected, TaxService, TaxUnavailable
+from streams.billing.ports import TaxRejected, TaxService, TaxUnavailable
 from streams.domain.errors import DomainError, InvoiceRuleViolation
 from streams.domain.events import InvoiceIssued, deterministic_id, invoice_id_for
 from streams.domain.invoice import apply_tax, price_invoice

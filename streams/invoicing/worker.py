@@ -44,7 +44,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from psycopg_pool import ConnectionPool
 
 from streams.adapters.kafka import Record, group_metadata, record_of
-from streams.adapters.tax import TaxService
+from streams.billing.ports import TaxService
 from streams.domain.codec import decode
 from streams.domain.errors import InvalidEvent
 from streams.domain.events import BillingPeriodClosed, CustomerUpserted, UsageRecorded

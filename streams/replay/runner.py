@@ -87,7 +87,7 @@ from streams.adapters.lease import (
     LeaseStoreError,
     fence_floor,
 )
-from streams.adapters.tax import TaxRejected, TaxService, TaxUnavailable
+from streams.billing.ports import TaxRejected, TaxService, TaxUnavailable
 from streams.domain.codec import decode
 from streams.domain.errors import DomainError, InvalidEvent
 from streams.domain.events import (

@@ -24,7 +24,7 @@ from psycopg import sql
 from psycopg_pool import ConnectionPool
 
 from streams.adapters import migrate
-from streams.adapters.tax import InMemoryTaxService
+from streams.adapters.memory.tax import InMemoryTaxService
 from streams.domain.events import CustomerUpserted, UsageRecorded
 from streams.invoicing import fencing, store
 from streams.invoicing.jobs import JobContext, Outcome, run_invoice_job

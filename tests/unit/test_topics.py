@@ -25,6 +25,10 @@ def test_the_registry_names_only_known_event_types_in_contract_order() -> None:
         "customer.upserted",
         "usage.recorded",
         "billing_period.closed",
+        "usage.metered",
+        "subscription.started",
+        "subscription.changed",
+        "subscription.ended",
     ]
     assert [m.event_type for m in event_models(INVOICES.event_types)] == [
         "invoice.issued",
