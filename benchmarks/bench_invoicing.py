@@ -24,10 +24,10 @@ from decimal import Decimal
 from pathlib import Path
 
 from streams.adapters.kafka import make_producer
+from streams.bootstrap import run_close_period
 from streams.domain.codec import encode
 from streams.domain.events import CustomerUpserted, Envelope, UsageRecorded
-from streams.importers.close_period import close_period
-from streams.sandbox import isolated_pipeline
+from streams.sandbox.pipeline import isolated_pipeline
 from streams.settings import Settings
 
 PERIOD = "2026-09"
@@ -102,7 +102,7 @@ def main() -> None:
         store_s = time.monotonic() - t1
 
         t2 = time.monotonic()
-        close_period(PERIOD, p.settings, progress=False)
+        run_close_period(PERIOD, p.settings, progress=False)
         close_s = time.monotonic() - t2
         with p.connect() as conn:
             while conn.execute("SELECT count(*) FROM invoices").fetchone() != (args.customers,):

@@ -7,16 +7,32 @@ closes) what it gets.
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+import uuid
+from datetime import timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+import httpx
+import psycopg
 import redis
 from confluent_kafka import Consumer, Producer
+from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool
 
-from streams.adapters.kafka import make_consumer, make_producer
+from streams.adapters.connect import connector_status
+from streams.adapters.kafka import make_consumer, make_producer, make_reader
+from streams.adapters.lease import DEFAULT_KEY_PREFIX
 from streams.adapters.tax.cache import RedisTaxCache
 from streams.adapters.tax.client import HttpTaxService
+from streams.importers.close_period import DEFAULT_SCAN_MARGIN, CloseSummary, close_period
+from streams.importers.focus_import import FLUSH_TIMEOUT_S, ImportSummary, import_focus
+from streams.ops.status import StatusSources
 from streams.settings import Settings
+
+if TYPE_CHECKING:  # imported when called: the demo and the drill pull in the fake services
+    from streams.demo.run import DemoClients
+    from streams.drill.run import DrillClients
 
 
 def postgres_pool(settings: Settings, *, name: str = "invoicing", **kwargs: Any) -> ConnectionPool:
@@ -76,3 +92,154 @@ def producer(settings: Settings, **overrides: Any) -> Producer:
 def consumer(settings: Settings, group_id: str, **overrides: Any) -> Consumer:
     """A Kafka consumer of ``group_id`` (manual commits, cooperative-sticky, no static membership)."""
     return make_consumer(settings.kafka, group_id, **overrides)
+
+
+# ================================================================================================
+# The commands' clients and wiring (streams.entrypoints): import, close-period, ops, drill, demo.
+#
+# The logic in streams.importers, streams.ops, streams.drill and streams.demo receives what it
+# reads and writes through; these functions build it from settings. A client kept for the length
+# of a run (producer, pool, Redis) is passed in and closed by whoever built it; a client needed
+# for one step is passed as a factory, and the step closes what the factory built. The run_*
+# functions build a run's clients, run it and close them: the commands, the demo and the drill
+# (through DemoClients / DrillClients) and the tests call them.
+# ================================================================================================
+
+
+def connection(
+    settings: Settings, *, autocommit: bool = True, connect_timeout_s: int | None = None
+) -> psycopg.Connection[TupleRow]:
+    """A new connection of the application role (autocommit unless told otherwise); the
+    caller closes it (leaving its ``with`` block commits an open transaction).
+
+    Raises:
+        psycopg.OperationalError: the database did not answer (within
+            ``connect_timeout_s`` seconds when given).
+    """
+    options: dict[str, Any] = {"autocommit": autocommit}
+    if connect_timeout_s is not None:
+        options["connect_timeout"] = connect_timeout_s
+    return psycopg.connect(settings.postgres.dsn(), **options)
+
+
+def reader(settings: Settings, group_id: str, **overrides: Any) -> Consumer:
+    """A consumer that never joins ``group_id`` and commits nothing: it reads the group's
+    committed offsets and the watermarks, or partitions it assigns itself."""
+    return make_reader(settings.kafka, group_id, **overrides)
+
+
+def topic_reader(settings: Settings) -> Consumer:
+    """The consumer ``reconcile`` reads the invoices topic with: assign only, a group id of
+    its own (``reconcile-<8 hex>``), ``read_committed``."""
+    return reader(
+        settings, f"reconcile-{uuid.uuid4().hex[:8]}", **{"isolation.level": "read_committed"}
+    )
+
+
+def scan_consumer(settings: Settings) -> Consumer:
+    """The consumer of close-period's topic scan: the project's consumer configuration under
+    a group id of its own (``close-period-scan-<32 hex>``) that assigns, never subscribes,
+    commits nothing, and reports the end of each partition (``enable.partition.eof``)."""
+    return consumer(
+        settings,
+        f"close-period-scan-{uuid.uuid4().hex}",
+        **{"enable.partition.eof": True, "enable.auto.commit": False},
+    )
+
+
+def connect_client(settings: Settings, *, timeout_s: float = 10.0) -> httpx.Client:
+    """An HTTP client based at Kafka Connect's REST URL; the caller closes it."""
+    return httpx.Client(base_url=settings.connect.url, timeout=timeout_s)
+
+
+def outbox_connector_status(settings: Settings) -> dict[str, Any] | None:
+    """The outbox connector's status from Connect (None when it is not registered).
+
+    Raises:
+        httpx.HTTPError: Connect did not answer, or answered an error.
+    """
+    with connect_client(settings) as client:
+        return connector_status(client, settings.connect.outbox_connector)
+
+
+def status_sources(settings: Settings) -> StatusSources:
+    """What ``invoicing status`` reads through (:class:`streams.ops.status.StatusSources`)."""
+    return StatusSources(
+        database=lambda: connection(settings, connect_timeout_s=5),
+        consumer=lambda group_id: reader(settings, group_id),
+        connector=lambda: outbox_connector_status(settings),
+    )
+
+
+def run_import_focus(
+    path: Path,
+    settings: Settings,
+    *,
+    progress: bool = True,
+    flush_timeout_s: float = FLUSH_TIMEOUT_S,
+) -> ImportSummary:
+    """:func:`streams.importers.focus_import.import_focus` with a new :func:`producer`
+    (flushed by the import; a producer has nothing to close). Same errors."""
+    return import_focus(
+        path,
+        settings,
+        producer=producer(settings),
+        progress=progress,
+        flush_timeout_s=flush_timeout_s,
+    )
+
+
+def run_close_period(
+    period: str,
+    settings: Settings,
+    *,
+    lease_ttl_s: float = 30.0,
+    progress: bool = True,
+    holder: str | None = None,
+    scan_margin: timedelta = DEFAULT_SCAN_MARGIN,
+    lease_key_prefix: str = DEFAULT_KEY_PREFIX,
+) -> CloseSummary:
+    """:func:`streams.importers.close_period.close_period` with its clients: a pool of 1-2
+    connections (``close-period``), a Redis client, a producer and :func:`scan_consumer`;
+    the pool and the Redis client are closed after the run. Same errors."""
+    with (
+        contextlib.closing(
+            postgres_pool(settings, name="close-period", min_size=1, max_size=2)
+        ) as pool,
+        contextlib.closing(redis_client(settings)) as redis_conn,
+    ):
+        return close_period(
+            period,
+            settings,
+            producer=producer(settings),
+            redis_conn=redis_conn,
+            pool=pool,
+            scan_consumer=lambda: scan_consumer(settings),
+            lease_ttl_s=lease_ttl_s,
+            progress=progress,
+            holder=holder,
+            scan_margin=scan_margin,
+            lease_key_prefix=lease_key_prefix,
+        )
+
+
+def naive_drill_redis(settings: Settings) -> redis.Redis:
+    """The naive drill's Redis client: a plain one with a 10 s socket timeout, as the
+    failed design's workers had (no retry policy of ours: it reproduces that design)."""
+    return redis.Redis.from_url(settings.redis.url, socket_timeout=10)
+
+
+def drill_clients() -> DrillClients:
+    """What ``invoicing drill`` runs through (:class:`streams.drill.run.DrillClients`)."""
+    from streams.drill.run import DrillClients
+
+    return DrillClients(redis=naive_drill_redis, producer=producer, close_period=run_close_period)
+
+
+def demo_clients() -> DemoClients:
+    """What ``invoicing demo`` runs through (:class:`streams.demo.run.DemoClients`)."""
+    from streams.demo.run import DemoClients
+
+    return DemoClients(
+        import_focus=run_import_focus, close_period=run_close_period, database=connection
+    )

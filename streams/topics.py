@@ -21,7 +21,13 @@ _DAY_MS = 24 * 3600 * 1000
 
 @dataclass(frozen=True)
 class TopicSpec:
-    """One topic: name and the configuration it is created with.
+    """One topic: name, the event types it carries, and the configuration it is created with.
+
+    ``event_types`` are the CloudEvents ``type`` names of the records on the topic,
+    in the order the contracts list them (``schemas/``, the AsyncAPI document);
+    :func:`streams.domain.events.event_models` maps them to their data models. A
+    dead-letter topic carries no event type of its own (its records are copies).
+    Kept as names so that this module imports no domain code.
 
     ``retention_ms`` of ``-1`` keeps records forever (the account events are the
     system of record that a replay re-reads, so they are never deleted by age).
@@ -31,6 +37,7 @@ class TopicSpec:
     partitions: int
     key: str
     description: str
+    event_types: tuple[str, ...] = ()
     replication_factor: int = 1
     cleanup_policy: CleanupPolicy = "delete"
     retention_ms: int = -1
@@ -53,6 +60,7 @@ class TopicSpec:
             partitions=self.partitions,
             key=self.key,
             description=self.description,
+            event_types=self.event_types,
             replication_factor=self.replication_factor,
             cleanup_policy=self.cleanup_policy,
             retention_ms=self.retention_ms,
@@ -65,6 +73,15 @@ ACCOUNT_EVENTS = TopicSpec(
     partitions=12,
     key="customer_id",
     description="customer.upserted, usage.recorded, billing_period.closed (CloudEvents, binary mode)",
+    event_types=(
+        "customer.upserted",
+        "usage.recorded",
+        "billing_period.closed",
+        "usage.metered",
+        "subscription.started",
+        "subscription.changed",
+        "subscription.ended",
+    ),
     retention_ms=-1,
 )
 
@@ -81,6 +98,7 @@ INVOICES = TopicSpec(
     partitions=12,
     key="customer_id",
     description="invoice.issued, credit_note.issued, invoice.voided from the outbox (Debezium EventRouter)",
+    event_types=("invoice.issued", "credit_note.issued", "invoice.voided"),
     retention_ms=-1,
 )
 

@@ -1,10 +1,16 @@
-"""Kafka Connect REST client: register the outbox connector idempotently.
+"""Kafka Connect REST client: register the outbox connector idempotently, read its status.
 
 The connector's configuration lives in ``connectors/outbox-connector.json`` with
 ``${section.field}`` placeholders filled from settings (``${routedByValue}`` is
 Debezium's own and stays). ``PUT /connectors/{name}/config`` creates or updates;
 an unchanged configuration is not sent again, so ``stack up`` twice restarts
 nothing.
+
+Registering is provisioning: :func:`apply_outbox_connector` opens its own
+short-lived client from the settings (it runs from the stack manager, the
+``connectors apply`` command and test setup). Reading the status is what
+commands do at run time: :func:`connector_status` takes the client the
+composition root built (:func:`streams.bootstrap.connect_client`).
 """
 
 from __future__ import annotations
@@ -69,15 +75,19 @@ def apply_outbox_connector(settings: Settings, root: Path, timeout_s: float = 60
     return True
 
 
-def connector_status(settings: Settings) -> dict[str, Any] | None:
-    """``GET /connectors/{name}/status`` of the outbox connector, or None when absent."""
-    with httpx.Client(base_url=settings.connect.url, timeout=10.0) as client:
-        response = client.get(f"/connectors/{settings.connect.outbox_connector}/status")
-        if response.status_code == 404:
-            return None
-        response.raise_for_status()
-        result: dict[str, Any] = response.json()
-        return result
+def connector_status(client: httpx.Client, name: str) -> dict[str, Any] | None:
+    """``GET /connectors/{name}/status`` through ``client`` (based at Connect's REST URL),
+    or None when the connector is absent.
+
+    Raises:
+        httpx.HTTPError: Connect did not answer, or answered another error.
+    """
+    response = client.get(f"/connectors/{name}/status")
+    if response.status_code == 404:
+        return None
+    response.raise_for_status()
+    result: dict[str, Any] = response.json()
+    return result
 
 
 def wait_running(client: httpx.Client, name: str, timeout_s: float) -> None:

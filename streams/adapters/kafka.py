@@ -92,12 +92,29 @@ def consumer_config(kafka: KafkaSettings, group_id: str, **overrides: Any) -> di
     return config
 
 
+def reader_config(kafka: KafkaSettings, group_id: str, **overrides: Any) -> dict[str, Any]:
+    """librdkafka configuration of a consumer that never joins ``group_id``: it reads the
+    group's committed offsets and the watermarks, or partitions it assigns itself, and
+    commits nothing (auto-commit off; nothing here calls ``commit``)."""
+    config: dict[str, Any] = {
+        "bootstrap.servers": kafka.bootstrap_servers,
+        "group.id": group_id,
+        "enable.auto.commit": False,
+    }
+    config.update(overrides)
+    return config
+
+
 def make_producer(kafka: KafkaSettings, **overrides: Any) -> Producer:
     return Producer(producer_config(kafka, **overrides))
 
 
 def make_consumer(kafka: KafkaSettings, group_id: str, **overrides: Any) -> Consumer:
     return Consumer(consumer_config(kafka, group_id, **overrides))
+
+
+def make_reader(kafka: KafkaSettings, group_id: str, **overrides: Any) -> Consumer:
+    return Consumer(reader_config(kafka, group_id, **overrides))
 
 
 def admin_client(kafka: KafkaSettings) -> AdminClient:

@@ -33,6 +33,7 @@ type                         data model                      topic
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Annotated, Any, ClassVar, Literal
@@ -407,19 +408,23 @@ EVENT_TYPES: dict[str, type[EventData]] = {
     )
 }
 
-#: The types each topic carries (topic names as in :mod:`streams.topics`).
-TOPIC_EVENT_TYPES: dict[str, tuple[type[EventData], ...]] = {
-    "billing.account-events.v1": (
-        CustomerUpserted,
-        UsageRecorded,
-        BillingPeriodClosed,
-        UsageMetered,
-        SubscriptionStarted,
-        SubscriptionChanged,
-        SubscriptionEnded,
-    ),
-    "billing.invoices.v1": (InvoiceIssued, CreditNoteIssued, InvoiceVoided),
-}
+
+def event_models(types: Iterable[str]) -> tuple[type[EventData], ...]:
+    """The data models of the CloudEvents ``types``, in their order.
+
+    Which types a topic carries is declared once, by name, in the topic registry
+    (:attr:`streams.topics.TopicSpec.event_types`); this maps those names to models,
+    e.g. ``event_models(INVOICES.event_types)`` for the ``allowed`` of a decoder.
+
+    Raises:
+        KeyError: a name that is no event type of :data:`EVENT_TYPES`.
+    """
+    models = []
+    for name in types:
+        if name not in EVENT_TYPES:
+            raise KeyError(f"no event type named {name!r} in streams.domain.events.EVENT_TYPES")
+        models.append(EVENT_TYPES[name])
+    return tuple(models)
 
 
 class Envelope(BaseModel):

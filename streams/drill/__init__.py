@@ -10,7 +10,7 @@ unit test checks).
 
 ``invoicing drill --mode safe`` runs the pipeline itself on the same customers,
 the same number of workers and the same tax-service latencies, in an isolated
-sandbox (:func:`streams.sandbox.isolated_pipeline`), with
+sandbox (:func:`streams.sandbox.pipeline.isolated_pipeline`), with
 ``max.poll.interval.ms`` shorter than the longest invoice job. It must show no
 duplicate invoice and no duplicate email.
 
@@ -21,7 +21,8 @@ Both print the same table (:mod:`streams.drill.report`). Modules:
 - :mod:`streams.drill.naive` — the failed design (reproduction only);
 - :mod:`streams.drill.safe` — the pipeline run;
 - :mod:`streams.drill.report` — the table and the expectation of each mode;
-- :mod:`streams.drill.cli` — the ``invoicing drill`` command.
+- :mod:`streams.drill.run` — one run in either mode (the command is
+  :mod:`streams.entrypoints.drill`).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """THE DESIGN THAT FAILED (DESIGN §1). A reproduction for the incident drill — never use it.
 
 Nothing in the pipeline imports this module (``tests/unit/test_drill.py``
-checks); only :mod:`streams.drill.cli` runs it, for ``invoicing drill --mode naive``.
+checks); only :mod:`streams.drill.run` runs it, for ``invoicing drill --mode naive``.
 
 What the month-end run did, and this module does again, on purpose:
 
@@ -59,7 +59,7 @@ from streams.drill import DrillError
 from streams.drill.config import DrillConfig
 from streams.drill.customers import CURRENCY, DrillCustomer, generate_customers
 from streams.drill.report import DrillReport, duplicate_counts, spread
-from streams.sandbox import running_smtp_sink
+from streams.sandbox.smtp import running_smtp_sink
 from streams.settings import Settings
 from streams.stack.fake_tax import running_fake_tax
 
@@ -352,13 +352,16 @@ def run_naive(
     workdir: Path,
     *,
     run_tag: str,
+    redis_conn: redis.Redis,
     progress: Callable[[str], None] | None = None,
 ) -> DrillReport:
     """Run the failed design on the seed's customers and count what it did.
 
     Creates (and drops) the database ``drill_naive_<seed>_<tag>``, a fake tax service
     with ``config.tax`` and an SMTP sink (files in ``workdir``), and Redis keys under
-    ``drill:naive:<tag>:`` (deleted afterwards).
+    ``drill:naive:<tag>:`` through ``redis_conn`` (deleted afterwards; the client is
+    closed at the end). Like the sandbox, the run connects to the database it
+    created by itself (one connection per worker thread, as the failed design did).
 
     Raises:
         DrillError: a worker died, or the run did not finish in ``config.timeout_s``.
@@ -396,7 +399,7 @@ def run_naive(
     )
     database = f"drill_naive_{config.seed}_{run_tag}"
     prefix = f"drill:naive:{run_tag}:"
-    client = redis.Redis.from_url(settings.redis.url, socket_timeout=10)
+    client = redis_conn
     tax_config = (
         config.tax
         if config.tax.seed is not None

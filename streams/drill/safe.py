@@ -2,7 +2,7 @@
 
 Same customers (the seed's), same number of workers, same tax latencies as the
 naive run, in an isolated sandbox on the real stack
-(:func:`streams.sandbox.isolated_pipeline`: own database, topics, consumer
+(:func:`streams.sandbox.pipeline.isolated_pipeline`: own database, topics, consumer
 groups, Debezium connector, SMTP sink and fake tax service):
 
 1. produce every customer's ``customer.upserted`` and ``usage.recorded`` events
@@ -31,17 +31,16 @@ from pathlib import Path
 
 import httpx
 import psycopg
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaException, Producer
 
-from streams.adapters.kafka import make_producer
 from streams.adapters.maildir import count_by_header
 from streams.domain.codec import encode
 from streams.drill import DrillError
 from streams.drill.config import DrillConfig
 from streams.drill.customers import DrillCustomer, generate_customers, usage_events
 from streams.drill.report import DrillReport, duplicate_counts, spread
-from streams.importers.close_period import close_period
-from streams.sandbox import Pipeline, isolated_pipeline
+from streams.importers.close_period import ClosePeriodRun
+from streams.sandbox.pipeline import Pipeline, isolated_pipeline
 from streams.settings import Settings
 from streams.topics import ACCOUNT_EVENTS
 
@@ -56,9 +55,15 @@ def run_safe(
     workdir: Path,
     *,
     run_tag: str,
+    producer: Callable[[Settings], Producer],
+    close_period: ClosePeriodRun,
     progress: Callable[[str], None] | None = None,
 ) -> DrillReport:
     """Run the pipeline on the seed's customers and count what it did.
+
+    ``producer`` builds the producer of the usage events and ``close_period`` runs
+    close-period, each for the sandbox's settings (the composition root wires them:
+    :func:`streams.bootstrap.drill_clients`).
 
     Raises:
         DrillError: a worker died, or the run did not finish in ``config.timeout_s``.
@@ -105,7 +110,7 @@ def run_safe(
             max_poll_interval_ms=config.max_poll_interval_ms,
             session_timeout_ms=config.session_timeout_ms,
         ) as p:
-            _run(p, report, customers, config, began, say)
+            _run(p, report, customers, config, began, say, producer(p.settings), close_period)
             counted = True
     except (psycopg.Error, httpx.HTTPError, KafkaException) as exc:
         if not counted:
@@ -122,13 +127,15 @@ def _run(
     config: DrillConfig,
     began: float,
     say: Callable[[str], None],
+    producer: Producer,
+    close_period: ClosePeriodRun,
 ) -> None:
     """Steps 1-5 of the module docstring, inside the sandbox."""
     knobs = config.tax.model_dump()
     if knobs.get("seed") is None:
         knobs["seed"] = config.seed
     p.tax.admin.configure(**knobs)
-    lines = _produce(p, customers, config.period)
+    lines = _produce(p, producer, customers, config.period)
     report.setup_s = time.monotonic() - began
     say(
         f"safe: {len(customers)} customers, {lines} usage events produced; "
@@ -147,8 +154,7 @@ def _run(
     _count(report, p, customers)
 
 
-def _produce(p: Pipeline, customers: list[DrillCustomer], period: str) -> int:
-    producer = make_producer(p.settings.kafka)
+def _produce(p: Pipeline, producer: Producer, customers: list[DrillCustomer], period: str) -> int:
     produced = 0
     for customer in customers:
         for envelope in usage_events(customer, period):

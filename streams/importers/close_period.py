@@ -72,21 +72,17 @@ import logging
 import os
 import socket
 import time
-import uuid
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 import redis
-from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from psycopg.rows import tuple_row
 from psycopg_pool import ConnectionPool
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import Progress
 
-from streams import bootstrap
 from streams.adapters.lease import (
     DEFAULT_KEY_PREFIX,
     Lease,
@@ -94,6 +90,7 @@ from streams.adapters.lease import (
     LeaseLost,
     fence_floor,
 )
+from streams.adapters.progress import progress_bar
 from streams.domain.codec import decode, encode, headers_dict
 from streams.domain.errors import InvalidEvent
 from streams.domain.events import BillingPeriodClosed, Envelope, UsageRecorded, close_marker_id
@@ -110,7 +107,14 @@ from streams.settings import Settings
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["SOURCE", "CloseAborted", "CloseSummary", "close_period", "lease_name_for"]
+__all__ = [
+    "SOURCE",
+    "CloseAborted",
+    "ClosePeriodRun",
+    "CloseSummary",
+    "close_period",
+    "lease_name_for",
+]
 
 #: CloudEvents ``source`` of the markers.
 SOURCE = "/jobs/close-period"
@@ -210,22 +214,6 @@ def _default_holder() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:close-period"
 
 
-@contextmanager
-def _progress(enabled: bool) -> Iterator[Progress | None]:
-    if not enabled:
-        yield None
-        return
-    bar = Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=Console(stderr=True),
-    )
-    with bar:
-        yield bar
-
-
 @dataclass
 class _Scan:
     customers: set[str] = field(default_factory=set)
@@ -234,30 +222,23 @@ class _Scan:
 
 
 def _scan_topic(
-    settings: Settings,
+    consumer: Consumer,
     topic: str,
     period: BillingPeriod,
     margin: timedelta,
     lease: Lease,
     progress: Progress | None,
 ) -> _Scan:
-    """Customers with ``usage.recorded`` of ``period`` from ``period.start - margin`` to the end."""
+    """Customers with ``usage.recorded`` of ``period`` from ``period.start - margin`` to the end,
+    read with ``consumer`` (assigned here, closed at the end)."""
     scan = _Scan()
-    consumer = bootstrap.consumer(
-        settings,
-        f"close-period-scan-{uuid.uuid4().hex}",
-        **{"enable.partition.eof": True, "enable.auto.commit": False},
-    )
     try:
         metadata = consumer.list_topics(topic, timeout=10)
         partitions = sorted(metadata.topics[topic].partitions)
         start_ms = int((period.start - margin).timestamp() * 1000)
-        try:
-            starts = consumer.offsets_for_times(
-                [TopicPartition(topic, p, start_ms) for p in partitions], timeout=10
-            )
-        except KafkaException as exc:
-            raise KafkaUnavailable(f"offsets_for_times on {topic} failed: {exc}") from exc
+        starts = _offsets_for_times(
+            consumer, [TopicPartition(topic, p, start_ms) for p in partitions]
+        )
         ends: dict[int, int] = {}
         assignment: list[TopicPartition] = []
         for tp in starts:
@@ -327,6 +308,41 @@ def _scan_topic(
         consumer.close()
 
 
+#: Errors of a partition whose leadership is still settling (right after the topic was
+#: created, or during a leader election): asking again shortly succeeds.
+_LEADERSHIP_SETTLING = frozenset(
+    {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE}
+)
+
+#: How long the offset lookup is retried while leadership settles (seconds).
+OFFSETS_SETTLE_S = 15.0
+
+
+def _offsets_for_times(consumer: Consumer, wanted: list[TopicPartition]) -> list[TopicPartition]:
+    """``consumer.offsets_for_times(wanted)``, asked again every 0.2 s for up to
+    :data:`OFFSETS_SETTLE_S` while a partition's leadership is settling.
+
+    Seen on a topic created a moment before the scan: its metadata already names a
+    leader, and ListOffsets still answers ``NOT_LEADER_FOR_PARTITION``.
+
+    Raises:
+        KafkaUnavailable: another error, or leadership still settling after the retries.
+    """
+    topic = wanted[0].topic if wanted else "?"
+    deadline = time.monotonic() + OFFSETS_SETTLE_S
+    while True:
+        try:
+            found: list[TopicPartition] = consumer.offsets_for_times(wanted, timeout=10)
+            return found
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args else None
+            settling = isinstance(error, KafkaError) and error.code() in _LEADERSHIP_SETTLING
+            if not settling or time.monotonic() > deadline:
+                raise KafkaUnavailable(f"offsets_for_times on {topic} failed: {exc}") from exc
+            logger.info("offsets_for_times on %s: %s; asking again", topic, error)
+            time.sleep(0.2)
+
+
 def _usage_customer(msg: Any, period: str) -> str | None:
     """The customer of a ``usage.recorded`` of ``period``; None for any other event.
 
@@ -385,9 +401,10 @@ def close_period(
     period: str,
     settings: Settings,
     *,
-    producer: Producer | None = None,
-    redis_conn: redis.Redis | None = None,
-    pool: ConnectionPool | None = None,
+    producer: Producer,
+    redis_conn: redis.Redis,
+    pool: ConnectionPool,
+    scan_consumer: Callable[[], Consumer],
     lease_ttl_s: float = 30.0,
     progress: bool = True,
     holder: str | None = None,
@@ -398,9 +415,13 @@ def close_period(
 
     Args:
         period: ``YYYY-MM``.
-        settings: topic prefix, and the settings of whatever is not passed in.
-        producer / redis_conn / pool: clients to use (the caller keeps them);
-            default: built by :mod:`streams.bootstrap` and closed at the end.
+        settings: the topic prefix (topic and lease names).
+        producer / redis_conn / pool: the clients to use (the caller keeps them;
+            the producer is flushed, not closed).
+        scan_consumer: builds the topic scan's consumer, one that joins no group
+            and commits nothing, with ``enable.partition.eof``
+            (:func:`streams.bootstrap.scan_consumer`); called once the lease is
+            held, and the consumer is closed after the scan.
         lease_ttl_s: the lease's TTL in seconds (renewed every third of it).
         progress: rich progress bars on stderr.
         holder: the lease holder's name (default ``<host>:<pid>:close-period``).
@@ -425,48 +446,39 @@ def close_period(
     topic = account_events_topic(settings)
     name = lease_name_for(period, settings)
     holder = holder or _default_holder()
-    with ExitStack() as owned:
-        if pool is None:
-            pool = bootstrap.postgres_pool(settings, name="close-period", min_size=1, max_size=2)
-            owned.callback(pool.close)
-        if redis_conn is None:
-            redis_conn = bootstrap.redis_client(settings)
-            owned.callback(redis_conn.close)
-        if producer is None:
-            producer = bootstrap.producer(settings)
-        require_topic(producer, topic)
-        with pool.connection() as conn:
-            floor = fence_floor(conn, name)
-        lease = Lease.acquire(
-            redis_conn,
-            name,
-            ttl_s=lease_ttl_s,
-            holder=holder,
-            floor=floor,
-            key_prefix=lease_key_prefix,
-        )
-        try:
-            with _progress(progress) as bar:
-                summary = _run(
-                    lease, billing_period, topic, settings, producer, pool, bar, scan_margin,
-                    started,
-                )  # fmt: skip
-        except BaseException:
-            with contextlib.suppress(LeaseLost):  # reported by release(); keep the cause
-                lease.release()
-            raise
-        try:
+    require_topic(producer, topic)
+    with pool.connection() as conn:
+        floor = fence_floor(conn, name)
+    lease = Lease.acquire(
+        redis_conn,
+        name,
+        ttl_s=lease_ttl_s,
+        holder=holder,
+        floor=floor,
+        key_prefix=lease_key_prefix,
+    )
+    try:
+        with progress_bar(progress) as bar:
+            summary = _run(
+                lease, billing_period, topic, scan_consumer, producer, pool, bar, scan_margin,
+                started,
+            )  # fmt: skip
+    except BaseException:
+        with contextlib.suppress(LeaseLost):  # reported by release(); keep the cause
             lease.release()
-        except LeaseLost as exc:
-            # Every write was fenced and done before the lease ended: the run is complete.
-            # The lease library logged and counted the incident; say what it means here.
-            logger.error(
-                "close-period %s completed, but its lease ended before release (%s); "
-                "all %d close requests were fenced writes, so no stale write was accepted",
-                period,
-                exc.reason,
-                len(summary.customers),
-            )
+        raise
+    try:
+        lease.release()
+    except LeaseLost as exc:
+        # Every write was fenced and done before the lease ended: the run is complete.
+        # The lease library logged and counted the incident; say what it means here.
+        logger.error(
+            "close-period %s completed, but its lease ended before release (%s); "
+            "all %d close requests were fenced writes, so no stale write was accepted",
+            period,
+            exc.reason,
+            len(summary.customers),
+        )
     return summary
 
 
@@ -474,7 +486,7 @@ def _run(
     lease: Lease,
     period: BillingPeriod,
     topic: str,
-    settings: Settings,
+    scan_consumer: Callable[[], Consumer],
     producer: Producer,
     pool: ConnectionPool,
     bar: Progress | None,
@@ -510,7 +522,7 @@ def _run(
         )
 
     try:
-        scan = _scan_topic(settings, topic, period, scan_margin, lease, bar)
+        scan = _scan_topic(scan_consumer(), topic, period, scan_margin, lease, bar)
         from_db = _customers_in_db(pool, text, topic)
         customers = sorted(scan.customers | from_db)
         logger.info(
@@ -559,3 +571,13 @@ def _run(
         len(result.delivery_failures),
     )
     return result
+
+
+class ClosePeriodRun(Protocol):
+    """:func:`close_period` with its clients wired in by the composition root
+    (:func:`streams.bootstrap.run_close_period`), for callers that run it on
+    settings they make (the demo, the drill's sandbox)."""
+
+    def __call__(
+        self, period: str, settings: Settings, *, progress: bool = ...
+    ) -> CloseSummary: ...

@@ -11,10 +11,10 @@ and its row errors live there) and produces, in file order:
 
 Each event is encoded with :func:`streams.domain.codec.encode` (CloudEvents
 binary content mode; record key = customer id) with source
-``/importers/focus/<file name>``, to ``settings.kafka.topic_prefix +
-"billing.account-events.v1"``, by the producer of
-:func:`streams.bootstrap.producer` (murmur2 partitioner, idempotent,
-``acks=all``). Per-customer order holds because one key goes to one partition
+``/importers/focus/<file name>``, to the account-events topic under
+``settings.kafka.topic_prefix`` (:data:`streams.topics.ACCOUNT_EVENTS`), by the
+producer the caller gives, built by :func:`streams.bootstrap.producer` (murmur2
+partitioner, idempotent, ``acks=all``). Per-customer order holds because one key goes to one partition
 and the idempotent producer keeps a partition's order across retries: a
 customer's ``customer.upserted`` precedes its usage.
 
@@ -58,21 +58,12 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from confluent_kafka import KafkaError, KafkaException, Producer
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TaskProgressColumn,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
+from rich.progress import TaskProgressColumn, TimeRemainingColumn
 
-from streams import bootstrap
+from streams.adapters.progress import progress_bar
 from streams.domain.codec import EncodedRecord, encode
 from streams.domain.errors import FocusFormatError
 from streams.domain.events import CustomerUpserted, Envelope
@@ -91,11 +82,11 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "DeliveryFailure",
     "DeliveryTracker",
+    "ImportFocusRun",
     "ImportSummary",
     "SkippedRow",
     "account_events_topic",
     "import_focus",
-    "print_summary",
     "reason_kind",
     "require_topic",
 ]
@@ -212,7 +203,7 @@ def reason_kind(reason: str) -> str:
 
 
 def account_events_topic(settings: Settings) -> str:
-    """``settings.kafka.topic_prefix + "billing.account-events.v1"``."""
+    """The account-events topic under ``settings.kafka.topic_prefix`` (from the registry)."""
     return ACCOUNT_EVENTS.with_prefix(settings.kafka.topic_prefix).name
 
 
@@ -345,19 +336,12 @@ _PROGRESS_STEP = 250
 @contextmanager
 def _progress_bar(enabled: bool, total: int | None, label: str) -> Iterator[Callable[[int], None]]:
     """Yields ``advance(rows)``; call it with a row count every few hundred rows."""
-    if not enabled:
-        yield lambda _rows: None
-        return
-    progress = Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TaskProgressColumn(),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-        console=Console(stderr=True),
-    )
-    with progress:
+    with progress_bar(
+        enabled, middle=(TaskProgressColumn(),), end=(TimeRemainingColumn(),)
+    ) as progress:
+        if progress is None:
+            yield lambda _rows: None
+            return
         task = progress.add_task(label, total=total)
         yield lambda rows: progress.advance(task, rows)
 
@@ -366,7 +350,7 @@ def import_focus(
     path: Path,
     settings: Settings,
     *,
-    producer: Producer | None = None,
+    producer: Producer,
     progress: bool = True,
     flush_timeout_s: float = FLUSH_TIMEOUT_S,
 ) -> ImportSummary:
@@ -374,9 +358,8 @@ def import_focus(
 
     Args:
         path: the CSV file (UTF-8; a byte order mark is accepted).
-        settings: topic prefix and, when ``producer`` is None, the producer's settings.
-        producer: a producer to use (the caller keeps it; it is flushed, not
-            closed); default: :func:`streams.bootstrap.producer`.
+        settings: the topic prefix.
+        producer: the producer to use (the caller keeps it; it is flushed, not closed).
         progress: show a rich progress bar on stderr.
         flush_timeout_s: how long to wait for the last delivery reports (seconds).
 
@@ -395,7 +378,6 @@ def import_focus(
     source = f"/importers/focus/{path.name}"
     if not path.is_file():
         raise SourceUnreadable(f"{path}: no such file")
-    producer = producer if producer is not None else bootstrap.producer(settings)
     require_topic(producer, topic)
     total = _count_rows(path) if progress else None
 
@@ -466,29 +448,11 @@ def import_focus(
     return summary
 
 
-def print_summary(summary: ImportSummary, console: Console, *, max_rows: int = 50) -> None:
-    """A human summary: counts, skipped rows with line and reason, failures."""
-    style = "green" if summary.ok else "red"
-    console.print(
-        f"[{style}]{'imported' if summary.ok else 'import INCOMPLETE'}[/] {summary.path} "
-        f"→ {summary.topic}: {summary.rows} rows, {summary.produced} usage.recorded and "
-        f"{summary.customers_produced} customer.upserted delivered, {len(summary.skipped)} "
-        f"skipped; {summary.customers} customers; periods "
-        + ", ".join(f"{p} ({n})" for p, n in summary.periods.items())
-        + f"; {summary.elapsed_s:.2f}s, {summary.rows_per_s:.0f} rows/s"
-    )
-    if summary.skipped:
-        console.print(f"[yellow]skipped {len(summary.skipped)} row(s)[/]:")
-        for kind, count in summary.skipped_by_reason.items():
-            console.print(f"  {count} x {kind}")
-        for row in summary.skipped[:max_rows]:
-            console.print(f"  line {row.line_number}: {row.reason}")
-        if len(summary.skipped) > max_rows:
-            console.print(f"  … and {len(summary.skipped) - max_rows} more (--json lists all)")
-    if summary.delivery_failures:
-        console.print(f"[red]{len(summary.delivery_failures)} delivery failure(s)[/]:")
-        for failure in summary.delivery_failures[:max_rows]:
-            console.print(
-                f"  {failure.event_type} {failure.event_id} (customer {failure.customer_id}, "
-                f"line {failure.line_number}): {failure.error}"
-            )
+class ImportFocusRun(Protocol):
+    """:func:`import_focus` with its producer wired in by the composition root
+    (:func:`streams.bootstrap.run_import_focus`), for callers that run it on
+    settings they make (the demo)."""
+
+    def __call__(
+        self, path: Path, settings: Settings, *, progress: bool = ...
+    ) -> ImportSummary: ...

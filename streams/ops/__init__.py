@@ -1,1 +1,10 @@
-"""Operator commands: status view, holds, fences, outbox retention and reconciliation."""
+"""Operator commands' logic: status view, holds, fences, outbox retention and reconciliation.
+
+- :mod:`streams.ops.status` — ``invoicing status`` (:func:`~streams.ops.status.collect`);
+- :mod:`streams.ops.holds` — ``invoicing holds list|release``;
+- :mod:`streams.ops.fences` — ``invoicing fences list``;
+- :mod:`streams.ops.reconcile` — ``invoicing reconcile`` and ``invoicing outbox prune``.
+
+The commands are :mod:`streams.entrypoints.ops`; what these functions read and
+write through (connections, consumers, a producer) they receive from it.
+"""

@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -32,7 +33,6 @@ import psycopg
 from confluent_kafka import Consumer, TopicPartition
 
 from streams.adapters.kafka import record_of
-from streams.settings import Settings
 
 #: CloudEvents ``source`` of republished events.
 SOURCE = "/ops/reconcile"
@@ -58,16 +58,15 @@ def prune_outbox(conn: psycopg.Connection[Any], older_than: timedelta) -> int:
     return cur.rowcount
 
 
-def documents_on_topic(settings: Settings, topic: str, timeout_s: float = 60.0) -> dict[str, int]:
-    """``document_id`` header → number of events on ``topic`` (read to the end offsets at start)."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": settings.kafka.bootstrap_servers,
-            "group.id": f"reconcile-{uuid.uuid4().hex[:8]}",
-            "enable.auto.commit": False,
-            "isolation.level": "read_committed",
-        }
-    )
+def documents_on_topic(consumer: Consumer, topic: str, timeout_s: float = 60.0) -> dict[str, int]:
+    """``document_id`` header → number of events on ``topic`` (read to the end offsets at start).
+
+    ``consumer`` joins no group (it assigns the partitions itself; ``read_committed``:
+    :func:`streams.bootstrap.topic_reader`); it is closed at the end.
+
+    Raises:
+        TimeoutError: the topic was not read to its end offsets within ``timeout_s``.
+    """
     counts: dict[str, int] = {}
     try:
         partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
@@ -104,14 +103,19 @@ def documents_on_topic(settings: Settings, topic: str, timeout_s: float = 60.0) 
 
 def reconcile(
     conn: psycopg.Connection[Any],
-    settings: Settings,
+    reader: Callable[[], Consumer],
+    topic: str,
     *,
     republish: bool = False,
     email_grace: timedelta = timedelta(minutes=10),
 ) -> ReconcileReport:
-    """Find issued documents without an event on the topic and invoices without an email."""
-    topic = settings.kafka.topic_prefix + "billing.invoices.v1"
-    seen = documents_on_topic(settings, topic)
+    """Find issued documents without an event on ``topic`` (the invoices topic) and invoices
+    without an email; with ``republish``, write a new outbox row for each.
+
+    ``reader`` builds the consumer that reads ``topic`` (:func:`documents_on_topic`);
+    ``conn`` is in autocommit mode.
+    """
+    seen = documents_on_topic(reader(), topic)
     report = ReconcileReport(events_on_topic=sum(seen.values()))
     docs = conn.execute(
         """

@@ -4,10 +4,15 @@ Reads PostgreSQL (invoices, emails, holds, fences, late usage, outbox), Kafka
 (consumer-group lag, dead-letter topic size) and Connect (the outbox
 connector's state). Each part degrades to "unavailable: <reason>" rather than
 failing the whole view.
+
+The view opens what it reads through :class:`StatusSources`, which the
+composition root builds (:func:`streams.bootstrap.status_sources`).
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,6 +20,28 @@ import psycopg
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from streams.settings import Settings
+from streams.topics import ACCOUNT_EVENTS, ACCOUNT_EVENTS_DLQ, INVOICES, INVOICES_DLQ
+
+#: Consumer group whose (never committed) offsets the topic-size probe uses.
+PROBE_GROUP = "status-probe"
+
+
+@dataclass(frozen=True)
+class StatusSources:
+    """Where the status view reads from; each call opens something the view closes.
+
+    Attributes:
+        database: a new autocommit connection of the application role (5 s connect timeout).
+        consumer: group id → a consumer that reads that group's committed offsets
+            and the watermarks, and never joins or commits
+            (:func:`streams.adapters.kafka.make_reader`).
+        connector: the outbox connector's status from Connect's REST API
+            (:func:`streams.adapters.connect.connector_status`), None when absent.
+    """
+
+    database: Callable[[], psycopg.Connection[Any]]
+    consumer: Callable[[str], Consumer]
+    connector: Callable[[], dict[str, Any] | None]
 
 
 @dataclass
@@ -101,50 +128,55 @@ def _periods(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
     return [dict(zip(keys, r, strict=True)) for r in rows]
 
 
-def group_lag(settings: Settings, group: str, topic: str) -> int:
-    """Records of ``topic`` not yet committed by ``group``."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": settings.kafka.bootstrap_servers,
-            "group.id": group,
-            "enable.auto.commit": False,
-        }
-    )
-    try:
-        parts = consumer.list_topics(topic, timeout=5).topics[topic].partitions
-        committed = consumer.committed([TopicPartition(topic, p) for p in parts], timeout=5)
-        lag = 0
-        for tp in committed:
-            low, high = consumer.get_watermark_offsets(
-                TopicPartition(topic, tp.partition), timeout=5
-            )
-            lag += max(0, high - (tp.offset if tp.offset >= 0 else low))
-        return lag
-    finally:
-        consumer.close()
+def group_lag(consumer: Consumer, topic: str) -> int:
+    """Records of ``topic`` not yet committed by the group of ``consumer`` (its
+    ``group.id``; a partition without a commit counts from its low watermark).
+
+    Raises:
+        KafkaException: the cluster did not answer within 5 s.
+        KeyError: the topic does not exist.
+    """
+    parts = consumer.list_topics(topic, timeout=5).topics[topic].partitions
+    committed = consumer.committed([TopicPartition(topic, p) for p in parts], timeout=5)
+    lag = 0
+    for tp in committed:
+        low, high = consumer.get_watermark_offsets(TopicPartition(topic, tp.partition), timeout=5)
+        lag += max(0, high - (tp.offset if tp.offset >= 0 else low))
+    return lag
 
 
-def topic_size(settings: Settings, topic: str) -> int:
-    consumer = Consumer(
-        {"bootstrap.servers": settings.kafka.bootstrap_servers, "group.id": "status-probe"}
-    )
-    try:
-        parts = consumer.list_topics(topic, timeout=5).topics[topic].partitions
-        total = 0
-        for p in parts:
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=5)
-            total += high - low
-        return total
-    finally:
-        consumer.close()
+def topic_size(consumer: Consumer, topic: str) -> int:
+    """Records in ``topic`` (high minus low watermark, summed over its partitions).
+
+    Raises:
+        KafkaException: the cluster did not answer within 5 s.
+        KeyError: the topic does not exist.
+    """
+    parts = consumer.list_topics(topic, timeout=5).topics[topic].partitions
+    total = 0
+    for p in parts:
+        low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=5)
+        total += high - low
+    return total
 
 
-def collect(settings: Settings) -> StatusView:
-    """Gather the status view; failures of one source become a ``problems`` line."""
+def _lag(sources: StatusSources, group: str, topic: str) -> int:
+    with contextlib.closing(sources.consumer(group)) as consumer:
+        return group_lag(consumer, topic)
+
+
+def _size(sources: StatusSources, topic: str) -> int:
+    with contextlib.closing(sources.consumer(PROBE_GROUP)) as consumer:
+        return topic_size(consumer, topic)
+
+
+def collect(settings: Settings, sources: StatusSources) -> StatusView:
+    """Gather the status view of ``settings``' groups and topics from ``sources``;
+    failures of one source become a ``problems`` line."""
     view = StatusView()
     prefix = settings.kafka.topic_prefix
     try:
-        with psycopg.connect(settings.postgres.dsn(), autocommit=True, connect_timeout=5) as conn:
+        with sources.database() as conn:
             view.periods = _periods(conn)
             view.holds = [
                 {
@@ -180,21 +212,19 @@ def collect(settings: Settings) -> StatusView:
         view.problems.append(f"database unavailable: {exc}")
     try:
         view.lag = {
-            settings.worker.invoicing_group: group_lag(
-                settings, settings.worker.invoicing_group, prefix + "billing.account-events.v1"
+            settings.worker.invoicing_group: _lag(
+                sources, settings.worker.invoicing_group, ACCOUNT_EVENTS.with_prefix(prefix).name
             ),
-            settings.worker.email_group: group_lag(
-                settings, settings.worker.email_group, prefix + "billing.invoices.v1"
+            settings.worker.email_group: _lag(
+                sources, settings.worker.email_group, INVOICES.with_prefix(prefix).name
             ),
         }
-        view.dead_letters = topic_size(settings, prefix + "billing.account-events.dlq.v1")
-        view.invoice_dead_letters = topic_size(settings, prefix + "billing.invoices.dlq.v1")
+        view.dead_letters = _size(sources, ACCOUNT_EVENTS_DLQ.with_prefix(prefix).name)
+        view.invoice_dead_letters = _size(sources, INVOICES_DLQ.with_prefix(prefix).name)
     except (KafkaException, KeyError) as exc:
         view.problems.append(f"kafka unavailable: {exc}")
     try:
-        from streams.adapters.connect import connector_status
-
-        status = connector_status(settings)
+        status = sources.connector()
         view.connector = (
             "absent"
             if status is None

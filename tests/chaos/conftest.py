@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from streams.sandbox import Pipeline, isolated_pipeline
 from streams.settings import Settings
 from tests.chaos.harness import chaos_seed_value, rerun_command
 from tests.support.fixtures import pg, redis_conn, stack, unique
+from tests.support.pipeline import Pipeline, isolated_pipeline
 
 __all__ = ["chaos_seed", "pg", "pipeline", "redis_conn", "stack", "unique"]
 

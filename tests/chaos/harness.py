@@ -82,14 +82,13 @@ from streams.domain.events import (
     UsageRecorded,
 )
 from streams.domain.money import round_money
-from streams.ops.status import topic_size
-from streams.processes import WorkerProcess
-from streams.sandbox import Pipeline
+from streams.sandbox.processes import WorkerProcess
 from streams.settings import Settings
 from streams.stack.fake_tax.engine import rate_for
 from streams.stack.manager import Stack
 from streams.topics import INVOICES_DLQ
-from tests.support.kafka import drain, group_lag, java_partition
+from tests.support.kafka import drain, group_lag, java_partition, topic_size
+from tests.support.pipeline import Pipeline
 
 SEED_ENV = "CHAOS_SEED"
 CURRENCY = "USD"
@@ -1108,10 +1107,10 @@ def wait_stored(pipeline: Pipeline, workload: Workload, timeout_s: float = 60.0)
 
 def close_all(pipeline: Pipeline, workload: Workload) -> None:
     """close-period for every period of the workload (in order)."""
-    from streams.importers.close_period import close_period
+    from streams.bootstrap import run_close_period
 
     for period in workload.periods:
-        summary = close_period(period, pipeline.settings, progress=False)
+        summary = run_close_period(period, pipeline.settings, progress=False)
         if not summary.ok:
             raise workload.fail(f"close-period {period} incomplete: {summary.to_dict()}")
 

@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from streams.importers.close_period import close_period
-from streams.sandbox import Pipeline
+from streams.bootstrap import run_close_period
 from tests.chaos.harness import (
     check_invariants,
     generate_workload,
@@ -27,6 +26,7 @@ from tests.chaos.harness import (
     workload_records,
     write_report,
 )
+from tests.support.pipeline import Pipeline
 
 PERIODS = ("2025-02", "2025-03")
 
@@ -65,7 +65,7 @@ def test_duplicates_shuffled_order_and_poison_records(
     w.duplicates_sent += 12
 
     for period in PERIODS:
-        close_period(period, p.settings, progress=False)
+        run_close_period(period, p.settings, progress=False)
     wait_settled(p, w, timeout_s=120)
     report = check_invariants(p, w)
     write_report(w, "7 duplicates, shuffled order, poison", report)

@@ -13,7 +13,6 @@ import pytest
 
 from streams.adapters.kafka import make_producer
 from streams.adapters.maildir import list_messages
-from streams.sandbox import Pipeline
 from streams.topics import INVOICES_DLQ
 from tests.chaos.harness import (
     SEED_ENV,
@@ -24,6 +23,7 @@ from tests.chaos.harness import (
     wait_settled,
     write_report,
 )
+from tests.support.pipeline import Pipeline
 
 
 @pytest.mark.timeout(180)

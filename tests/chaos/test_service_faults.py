@@ -22,8 +22,7 @@ import pytest
 from confluent_kafka import OFFSET_END, Consumer, TopicPartition
 
 from streams.adapters.lease import LeaseUnavailable
-from streams.importers.close_period import close_period
-from streams.sandbox import Pipeline
+from streams.bootstrap import run_close_period
 from streams.settings import Settings
 from tests.chaos.harness import (
     PARTITIONS,
@@ -39,6 +38,7 @@ from tests.chaos.harness import (
     wait_until,
     write_report,
 )
+from tests.support.pipeline import Pipeline
 
 FAST_TAX_S = 0.02
 
@@ -83,14 +83,14 @@ def test_redis_down_mid_run(
     workers, _ = start_run(p, w)
 
     p.tax.admin.configure(base_latency_s=1.0)
-    close_period(first, p.settings, progress=False)
+    run_close_period(first, p.settings, progress=False)
     first_taxed_customer(p, w)
     first_keys = {k for k in w.expected_keys() if k[1] == first}
     with shared_service_fault(settings) as stack:
         stack.supervisor.stop("redis")
         # close-period refuses before it emits anything (CLI exit 3) ...
         with pytest.raises(LeaseUnavailable):
-            close_period(second, p.settings, progress=False)
+            run_close_period(second, p.settings, progress=False)
         with p.connect() as conn:
             requested = conn.execute(
                 "SELECT count(*) FROM close_requests WHERE billing_period = %s", (second,)
@@ -119,7 +119,7 @@ def test_redis_down_mid_run(
         assert closed == (0,), w.msg(f"{second} was closed without a close-period run")
     # Redis is back: the rerun finishes.
     p.tax.admin.configure(base_latency_s=FAST_TAX_S)
-    summary = close_period(second, p.settings, progress=False)
+    summary = run_close_period(second, p.settings, progress=False)
     assert summary.ok, w.msg(str(summary.to_dict()))
     wait_settled(p, w, timeout_s=120)
     report = check_invariants(p, w)

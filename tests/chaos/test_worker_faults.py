@@ -21,7 +21,6 @@ from pathlib import Path
 
 import pytest
 
-from streams.sandbox import isolated_pipeline
 from streams.settings import Settings
 from tests.chaos.harness import (
     assert_tax_once,
@@ -44,6 +43,7 @@ from tests.chaos.harness import (
     wait_until,
     write_report,
 )
+from tests.support.pipeline import isolated_pipeline
 
 MAX_POLL_INTERVAL_MS = 8_000
 SESSION_TIMEOUT_MS = 6_000

@@ -12,7 +12,7 @@ import socket
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -20,7 +20,7 @@ from typing import Any
 import psycopg
 import pytest
 import redis
-from confluent_kafka import Message, Producer
+from confluent_kafka import Consumer, Message, Producer
 from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool
 from typer.testing import CliRunner
@@ -28,10 +28,10 @@ from typer.testing import CliRunner
 from streams import bootstrap
 from streams.adapters.kafka import ensure_topics
 from streams.adapters.lease import DEFAULT_KEY_PREFIX, Lease, LeaseBusy, LeaseUnavailable
-from streams.cli import app
 from streams.domain.codec import decode
 from streams.domain.events import BillingPeriodClosed, UsageRecorded, close_marker_id
 from streams.domain.focus import FocusUsage, iter_focus_rows
+from streams.entrypoints.app import app
 from streams.importers.close_period import CloseAborted, close_period, lease_name_for
 from streams.importers.focus_import import import_focus
 from streams.settings import Settings
@@ -65,6 +65,11 @@ def pool(settings: Settings) -> Iterator[ConnectionPool]:
 @pytest.fixture
 def producer(settings: Settings) -> Producer:
     return bootstrap.producer(settings)
+
+
+def scan_consumer_of(settings: Settings) -> Callable[[], Consumer]:
+    """close-period's scan consumer, as the composition root builds it."""
+    return lambda: bootstrap.scan_consumer(settings)
 
 
 def topic_of(settings: Settings) -> str:
@@ -129,6 +134,7 @@ def test_one_marker_per_customer_with_usage_and_a_rerun_sends_the_same_ids(
     for period in ("2024-09", "2024-10"):
         first = close_period(
             period, prefixed, producer=producer, redis_conn=redis_conn, pool=pool,
+            scan_consumer=scan_consumer_of(prefixed),
             lease_ttl_s=5, progress=False,
         )  # fmt: skip
         assert first.ok, first.delivery_failures
@@ -144,6 +150,7 @@ def test_one_marker_per_customer_with_usage_and_a_rerun_sends_the_same_ids(
     # A second run: same ids again, every customer already requested, a higher token.
     again = close_period(
         "2024-09", prefixed, producer=producer, redis_conn=redis_conn, pool=pool,
+        scan_consumer=scan_consumer_of(prefixed),
         lease_ttl_s=5, progress=False,
     )  # fmt: skip
     assert again.ok
@@ -193,6 +200,7 @@ def test_usage_lines_of_the_same_topic_join_the_scan(
     insert_usage(pg, "some.other.topic", f"db-other-topic-{unique}", "2024-09", 3)
     summary = close_period(
         "2024-09", prefixed, producer=producer, redis_conn=redis_conn, pool=pool,
+        scan_consumer=scan_consumer_of(prefixed),
         lease_ttl_s=5, progress=False,
     )  # fmt: skip
     assert summary.ok
@@ -221,6 +229,7 @@ def test_a_held_lease_refuses_the_run_names_the_holder_and_emits_nothing(
         with pytest.raises(LeaseBusy) as busy:
             close_period(
                 "2024-09", prefixed, producer=producer, redis_conn=redis_conn, pool=pool,
+                scan_consumer=scan_consumer_of(prefixed),
                 progress=False,
             )  # fmt: skip
         assert busy.value.holder == "ops-laptop:4242"
@@ -250,8 +259,9 @@ def test_redis_down_refuses_to_start_and_emits_nothing(
     dead = redis.Redis(port=port, socket_timeout=0.5, socket_connect_timeout=0.5)
     with pytest.raises(LeaseUnavailable):
         close_period(
-            "2024-09", prefixed, producer=producer, redis_conn=dead, pool=pool, progress=False
-        )
+            "2024-09", prefixed, producer=producer, redis_conn=dead, pool=pool,
+            scan_consumer=scan_consumer_of(prefixed), progress=False,
+        )  # fmt: skip
 
     env = {
         "INVOICING_KAFKA__TOPIC_PREFIX": prefixed.kafka.topic_prefix,
@@ -306,7 +316,7 @@ def test_a_lease_lost_part_way_aborts_the_run(
     with pytest.raises(CloseAborted) as aborted:
         close_period(
             "2024-09", prefixed, producer=thief, redis_conn=redis_conn, pool=pool,  # type: ignore[arg-type]
-            lease_ttl_s=1.2, progress=False,
+            scan_consumer=scan_consumer_of(prefixed), lease_ttl_s=1.2, progress=False,
         )  # fmt: skip
     partial = aborted.value.summary
     assert partial.customers == tuple(customers)
@@ -316,6 +326,7 @@ def test_a_lease_lost_part_way_aborts_the_run(
     # A rerun continues: the first customer is already requested, the others are new.
     summary = close_period(
         "2024-09", prefixed, producer=producer, redis_conn=redis_conn, pool=pool,
+        scan_consumer=scan_consumer_of(prefixed),
         lease_ttl_s=5, progress=False,
     )  # fmt: skip
     assert (summary.newly_requested, summary.already_requested) == (2, 1)

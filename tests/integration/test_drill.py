@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from streams import bootstrap
 from streams.drill.config import DrillConfig
 from streams.drill.naive import run_naive
 from streams.drill.safe import run_safe
@@ -27,7 +28,12 @@ def test_naive_reproduces_duplicates_and_safe_has_none(
 ) -> None:
     messages: list[str] = []
     naive = run_naive(
-        settings, SMALL, tmp_path / "naive", run_tag=f"n{unique[:6]}", progress=messages.append
+        settings,
+        SMALL,
+        tmp_path / "naive",
+        run_tag=f"n{unique[:6]}",
+        redis_conn=bootstrap.naive_drill_redis(settings),
+        progress=messages.append,
     )
     assert (naive.customers, naive.large_customers) == (20, 3)
     assert naive.missing == 0
@@ -39,7 +45,13 @@ def test_naive_reproduces_duplicates_and_safe_has_none(
     assert naive.ok
 
     safe = run_safe(
-        settings, SMALL, tmp_path / "safe", run_tag=f"s{unique[:6]}", progress=messages.append
+        settings,
+        SMALL,
+        tmp_path / "safe",
+        run_tag=f"s{unique[:6]}",
+        producer=bootstrap.producer,
+        close_period=bootstrap.run_close_period,
+        progress=messages.append,
     )
     assert (safe.customers, safe.large_customers) == (20, 3)
     assert safe.ok, safe.to_dict()

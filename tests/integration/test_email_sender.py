@@ -67,10 +67,9 @@ from streams.email.sender import (
 )
 from streams.email.store import ClaimKind, NewDelivery
 from streams.email.transport import SmtpTransport
-from streams.ops.status import topic_size
 from streams.settings import Settings
 from streams.topics import INVOICES, INVOICES_DLQ
-from tests.support.kafka import drain, headers_of, text
+from tests.support.kafka import drain, headers_of, text, topic_size
 
 pytestmark = pytest.mark.integration
 

@@ -13,12 +13,12 @@ from confluent_kafka import Message
 from typer.testing import CliRunner
 
 from streams.adapters.kafka import ensure_topics
-from streams.cli import app
+from streams.bootstrap import run_import_focus
 from streams.domain.codec import decode
 from streams.domain.events import CustomerUpserted, UsageRecorded
 from streams.domain.focus import FocusUsage, iter_focus_rows
+from streams.entrypoints.app import app
 from streams.importers import TopicMissing
-from streams.importers.focus_import import import_focus
 from streams.settings import Settings
 from streams.topics import ACCOUNT_EVENTS, TopicSpec
 from tests.support.kafka import drain, headers_of, java_partition
@@ -101,7 +101,7 @@ def check_topic(messages: list[Message], usages: list[FocusUsage]) -> None:
 
 
 def test_sample_import_reads_back_in_order_on_murmur2_partitions(prefixed: Settings) -> None:
-    summary = import_focus(SAMPLE, prefixed, progress=False)
+    summary = run_import_focus(SAMPLE, prefixed, progress=False)
     print(
         f"\nFOCUS import: {summary.rows} rows in {summary.elapsed_s:.3f}s = "
         f"{summary.rows_per_s:.0f} rows/s (1073 records, flush included)"
@@ -122,7 +122,7 @@ def test_a_bad_row_is_reported_with_its_line_and_the_rest_is_produced(
     prefixed: Settings, tmp_path: Path
 ) -> None:
     bad = corrupt_billed_cost(tmp_path, line_number=500)
-    summary = import_focus(bad, prefixed, progress=False)
+    summary = run_import_focus(bad, prefixed, progress=False)
     assert summary.ok
     assert (summary.rows, summary.produced) == (1000, 999)
     assert len(summary.skipped) == 1
@@ -171,7 +171,7 @@ def test_delivery_failures_are_errors_in_the_summary_and_exit_1(
     )
     ensure_topics(settings.kafka, (tiny,))
     prefixed = with_prefix(settings, prefix)
-    summary = import_focus(SAMPLE, prefixed, progress=False)
+    summary = run_import_focus(SAMPLE, prefixed, progress=False)
     assert not summary.ok
     assert summary.produced == 0
     assert len(summary.delivery_failures) == 1073
@@ -190,4 +190,4 @@ def test_delivery_failures_are_errors_in_the_summary_and_exit_1(
 def test_missing_topic_produces_nothing(settings: Settings, unique: str) -> None:
     prefixed = with_prefix(settings, f"test-import-none-{unique}.")
     with pytest.raises(TopicMissing):
-        import_focus(SAMPLE, prefixed, progress=False)
+        run_import_focus(SAMPLE, prefixed, progress=False)

@@ -23,12 +23,12 @@ from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
 
 from streams.domain.codec import decode, headers_dict
 from streams.domain.events import (
-    TOPIC_EVENT_TYPES,
     CreditNoteIssued,
     EventData,
     InvoiceIssued,
     InvoiceVoided,
     deterministic_id,
+    event_models,
     invoice_id_for,
 )
 from streams.invoicing import store
@@ -158,7 +158,7 @@ def test_outbox_columns_arrive_as_cloudevents_headers(pipeline: Pipeline) -> Non
             record.key(),
             record.value(),
             headers_of(record),
-            allowed=TOPIC_EVENT_TYPES[INVOICES.name],
+            allowed=event_models(INVOICES.event_types),
         )
         assert envelope.id == headers["ce_id"]
         assert envelope.type == event.event_type

@@ -29,7 +29,7 @@ from streams.domain.events import CustomerUpserted, UsageRecorded
 from streams.invoicing import fencing, store
 from streams.invoicing.jobs import JobContext, Outcome, run_invoice_job
 from streams.invoicing.worker import record_hold
-from streams.sandbox import _drop_database
+from streams.sandbox.pipeline import _drop_database
 from streams.settings import Settings
 
 TOPIC = "events"

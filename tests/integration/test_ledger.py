@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
+from streams.bootstrap import run_import_focus
 from streams.domain.events import (
     CreditNoteIssued,
     InvoiceIssued,
@@ -31,7 +32,6 @@ from streams.domain.events import (
     deterministic_id,
     invoice_id_for,
 )
-from streams.importers.focus_import import import_focus
 from streams.invoicing import store
 from streams.settings import Settings
 from tests.integration.test_main_job import (
@@ -117,7 +117,7 @@ def test_ledger_matches_the_issued_invoices_and_counts_each_event_once(
     pipeline: Pipeline, unique: str
 ) -> None:
     p = pipeline
-    import_focus(SAMPLE, p.settings, progress=False)
+    run_import_focus(SAMPLE, p.settings, progress=False)
     p.workers.start("invoicing", 2)
     p.workers.start("email", 1)
     run_period_close(p)

@@ -28,6 +28,7 @@ import pytest
 
 from streams.adapters.kafka import make_producer
 from streams.adapters.maildir import count_by_header
+from streams.bootstrap import run_close_period
 from streams.domain.codec import encode
 from streams.domain.events import (
     CustomerUpserted,
@@ -36,7 +37,6 @@ from streams.domain.events import (
     deterministic_id,
     invoice_id_for,
 )
-from streams.importers.close_period import close_period
 from streams.settings import Settings
 from streams.stack.fake_tax import RequestRecord
 from tests.support.kafka import java_partition, wait_for_no_lag
@@ -250,7 +250,7 @@ def test_tax_call_longer_than_max_poll_interval_keeps_partitions_and_issues_once
     p.workers.start("email", 1)
     claimed_before = wait_claimed(p, members=2)
     produce_customers(p, customers)
-    close_period(PERIOD, p.settings, progress=False)
+    run_close_period(PERIOD, p.settings, progress=False)
     wait_invoiced_and_emailed(p, set(customers), timeout_s=150)
     wait_for_no_lag(p.settings.kafka, p.settings.worker.invoicing_group, p.topic, timeout_s=30)
 
@@ -314,7 +314,7 @@ def test_partition_moved_during_a_job_cancels_it_and_the_new_owner_issues_once(
     claims_1 = wait_claimed(p, members=1)
     member_1 = next(iter(claims_1.values()))[1]
     produce_customers(p, customers)
-    close_period(PERIOD, p.settings, progress=False)
+    run_close_period(PERIOD, p.settings, progress=False)
 
     # Every job is inside its (20 s) tax call ...
     deadline = time.monotonic() + 30
@@ -391,7 +391,7 @@ def test_owner_paused_past_session_timeout_loses_the_partition_and_its_job(
     other = next(w for w in workers if w is not owner)
 
     produce_customers(p, {customer: 3})
-    close_period(PERIOD, p.settings, progress=False)
+    run_close_period(PERIOD, p.settings, progress=False)
     deadline = time.monotonic() + 30
     while not p.tax.admin.requests():
         assert time.monotonic() < deadline, p.worker_logs()

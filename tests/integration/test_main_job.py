@@ -17,12 +17,12 @@ import pytest
 from confluent_kafka import Producer
 
 from streams.adapters.maildir import list_messages
-from streams.demo import expected_from_file, progress_counts
+from streams.bootstrap import run_close_period, run_import_focus
+from streams.demo.expected import expected_from_file
+from streams.demo.run import progress_counts
 from streams.domain.codec import decode
 from streams.domain.events import InvoiceIssued
 from streams.domain.money import round_money
-from streams.importers.close_period import close_period
-from streams.importers.focus_import import import_focus
 from streams.settings import Settings
 from tests.support.kafka import ProduceHeaders, drain, headers_of, text, wait_for_no_lag
 from tests.support.pipeline import Pipeline, isolated_pipeline
@@ -39,7 +39,7 @@ def pipeline(settings: Settings, unique: str, tmp_path: Path) -> Iterator[Pipeli
 
 def run_period_close(p: Pipeline) -> None:
     for period in EXPECTED.periods:
-        close_period(period, p.settings, progress=False)
+        run_close_period(period, p.settings, progress=False)
 
 
 def wait_invoiced_and_emailed(p: Pipeline, wanted: int, timeout_s: float = 180.0) -> None:
@@ -84,7 +84,7 @@ def state_counts(p: Pipeline) -> dict[str, int]:
 
 def test_focus_sample_end_to_end_exactly_once(pipeline: Pipeline) -> None:
     p = pipeline
-    summary = import_focus(SAMPLE, p.settings, progress=False)
+    summary = run_import_focus(SAMPLE, p.settings, progress=False)
     assert summary.produced == 1000 and not summary.skipped
     p.workers.start("invoicing", 3)
     p.workers.start("email", 1)
@@ -128,7 +128,7 @@ def test_focus_sample_end_to_end_exactly_once(pipeline: Pipeline) -> None:
 
     # Importing the same file again and closing again changes nothing.
     before = state_counts(p)
-    import_focus(SAMPLE, p.settings, progress=False)
+    run_import_focus(SAMPLE, p.settings, progress=False)
     run_period_close(p)
     wait_for_no_lag(p.settings.kafka, p.settings.worker.invoicing_group, p.topic)
     time.sleep(3)  # let Debezium and the email sender see anything new (there must be nothing)
@@ -144,7 +144,7 @@ def test_one_worker_and_three_workers_give_the_same_invoices(
     results = []
     for workers in (1, 3):
         with isolated_pipeline(settings, f"{unique}w{workers}", tmp_path / f"w{workers}") as p:
-            import_focus(SAMPLE, p.settings, progress=False)
+            run_import_focus(SAMPLE, p.settings, progress=False)
             p.workers.start("invoicing", workers)
             p.workers.start("email", 1)
             run_period_close(p)
@@ -157,7 +157,7 @@ def test_one_worker_and_three_workers_give_the_same_invoices(
 
 def test_bad_record_is_dead_lettered_its_customer_held_others_invoiced(pipeline: Pipeline) -> None:
     p = pipeline
-    import_focus(SAMPLE, p.settings, progress=False)
+    run_import_focus(SAMPLE, p.settings, progress=False)
     victim = "51738928782"  # first row's account in the sample
     producer = Producer(
         {"bootstrap.servers": p.settings.kafka.bootstrap_servers, "partitioner": "murmur2_random"}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections.abc import Iterator
@@ -13,17 +14,19 @@ import httpx
 import pytest
 from confluent_kafka import Producer
 
+from streams import bootstrap
 from streams.adapters.connect import render_outbox_config, wait_running
 from streams.adapters.kafka import make_producer
 from streams.adapters.maildir import list_messages
+from streams.bootstrap import run_close_period
 from streams.domain.codec import encode
 from streams.domain.events import CustomerUpserted, Envelope, UsageRecorded
-from streams.importers.close_period import close_period
 from streams.ops.holds import list_holds, release_hold
 from streams.ops.reconcile import reconcile
 from streams.ops.status import collect
-from streams.sandbox import Pipeline, _drop_slot, isolated_pipeline
+from streams.sandbox.pipeline import _drop_slot
 from streams.settings import Settings
+from tests.support.pipeline import Pipeline, isolated_pipeline
 
 PERIOD = "2026-10"
 
@@ -120,7 +123,7 @@ def test_hold_release_recloses_and_invoices_the_customer(pipeline: Pipeline, uni
     producer.flush(10)
     p.workers.start("invoicing", 1)
     p.workers.start("email", 1)
-    close_period(PERIOD, p.settings, progress=False)
+    run_close_period(PERIOD, p.settings, progress=False)
     wait_until(lambda: good in issued(p), what="the good customer's invoice")
     with p.connect() as conn:
         wait_until(
@@ -136,7 +139,8 @@ def test_hold_release_recloses_and_invoices_the_customer(pipeline: Pipeline, uni
         ]
         assert "amount" in holds[0].reason
     assert victim not in issued(p)
-    assert any(h["customer_id"] == victim for h in collect(p.settings).holds)
+    sources = bootstrap.status_sources(p.settings)
+    assert any(h["customer_id"] == victim for h in collect(p.settings, sources).holds)
 
     # The fix: the corrected event is re-published (a new id), then the hold is released.
     produce_customer(producer, p, victim, ["3.30"], id_prefix="fixed-")
@@ -162,7 +166,7 @@ def test_reconcile_finds_and_republishes_an_event_lost_with_the_replication_slot
     produce_customer(producer, p, first, ["4.00"])
     p.workers.start("invoicing", 1)
     p.workers.start("email", 1)
-    close_period(PERIOD, p.settings, progress=False)
+    run_close_period(PERIOD, p.settings, progress=False)
     wait_until(lambda: first in issued(p), what="the first invoice")
     first_invoice = issued(p)[first][1]
     wait_until(
@@ -176,7 +180,7 @@ def test_reconcile_finds_and_republishes_an_event_lost_with_the_replication_slot
     time.sleep(2)
     _drop_slot(p.settings.postgres)
     produce_customer(producer, p, lost, ["7.00"])
-    close_period(PERIOD, p.settings, progress=False)
+    run_close_period(PERIOD, p.settings, progress=False)
     wait_until(lambda: lost in issued(p), what="the invoice written while the connector was gone")
     # Re-registered under the same name, Debezium refuses: its stored offset is past what the new
     # slot can serve. An operator who starts it afresh (new name, no snapshot) silently skips the gap.
@@ -194,11 +198,13 @@ def test_reconcile_finds_and_republishes_an_event_lost_with_the_replication_slot
 def _reconcile_and_republish(p: Pipeline, lost: str) -> None:
 
     lost_invoice = issued(p)[lost][1]
+    reader = functools.partial(bootstrap.topic_reader, p.settings)
+    topic = p.invoices_topic
     with p.connect() as conn:
-        report = reconcile(conn, p.settings, email_grace=timedelta(0))
+        report = reconcile(conn, reader, topic, email_grace=timedelta(0))
         assert [doc for _, doc, _ in report.missing_events] == [lost_invoice]
         assert [i for i, _ in report.emails_not_sent] == [lost_invoice]
-        report = reconcile(conn, p.settings, republish=True, email_grace=timedelta(0))
+        report = reconcile(conn, reader, topic, republish=True, email_grace=timedelta(0))
         assert report.republished == [lost_invoice]
     wait_until(
         lambda: sum(1 for m in list_messages(p.maildir) if m["X-Invoice-Id"] == lost_invoice) == 1,
@@ -206,11 +212,11 @@ def _reconcile_and_republish(p: Pipeline, lost: str) -> None:
     )
     with p.connect() as conn:
         wait_until(
-            lambda: not reconcile(conn, p.settings, email_grace=timedelta(0)).missing_events,
+            lambda: not reconcile(conn, reader, topic, email_grace=timedelta(0)).missing_events,
             what="reconciliation to be clean",
         )
         # A second republish is absorbed: still one email per invoice.
-        reconcile(conn, p.settings, republish=False)
+        reconcile(conn, reader, topic, republish=False)
     time.sleep(2)
     per_invoice = [m["X-Invoice-Id"] for m in list_messages(p.maildir)]
     assert sorted(per_invoice) == sorted({*per_invoice})

@@ -31,13 +31,13 @@ from typer.testing import CliRunner
 from streams import bootstrap
 from streams.adapters.lease import LeaseBusy
 from streams.adapters.maildir import list_messages
-from streams.cli import app
-from streams.demo import expected_from_file, progress_counts
+from streams.bootstrap import run_close_period, run_import_focus
+from streams.demo.expected import expected_from_file
+from streams.demo.run import progress_counts
 from streams.domain.codec import encode
 from streams.domain.events import Envelope, UsageRecorded, deterministic_id, invoice_id_for
 from streams.domain.money import round_money
-from streams.importers.close_period import close_period
-from streams.importers.focus_import import import_focus
+from streams.entrypoints.app import app
 from streams.replay import Mode, ReplayReport, late_usage, replay_period
 from streams.settings import Settings
 from tests.support.kafka import ProduceHeaders, wait_for_no_lag
@@ -93,7 +93,7 @@ def wait_for(what: str, check: Callable[[], bool], p: Pipeline, timeout_s: float
 
 def focus_flow(p: Pipeline, before_close: Callable[[], None] | None = None) -> None:
     """The main job on the FOCUS sample; ``before_close`` runs once all usage is stored."""
-    summary = import_focus(SAMPLE, p.settings, progress=False)
+    summary = run_import_focus(SAMPLE, p.settings, progress=False)
     assert summary.produced == EXPECTED.rows
     p.workers.start("invoicing", 2)
     p.workers.start("email", 1)
@@ -106,7 +106,7 @@ def focus_flow(p: Pipeline, before_close: Callable[[], None] | None = None) -> N
         wait_for_no_lag(p.settings.kafka, p.settings.worker.invoicing_group, p.topic)
         before_close()
     for period in EXPECTED.periods:
-        close_period(period, p.settings, progress=False)
+        run_close_period(period, p.settings, progress=False)
 
     def done() -> bool:
         with p.connect() as conn:
@@ -461,7 +461,7 @@ def run_replay_cli(
 ) -> subprocess.CompletedProcess[str]:
     """``invoicing replay`` as its own process (a real crash kills only that process)."""
     return subprocess.run(
-        [sys.executable, "-m", "streams.cli", "replay", period, *args, "--no-progress"],
+        [sys.executable, "-m", "streams.entrypoints", "replay", period, *args, "--no-progress"],
         env={**os.environ, **p.env, **env},
         cwd=p.workdir,
         capture_output=True,
@@ -595,7 +595,7 @@ def test_a_released_hold_leaves_a_missing_invoice_that_apply_issues_as_revision_
     victim = min(  # a customer whose invoice is emailed (a zero total is not)
         c for (c, q), exact in EXPECTED.sums.items() if q == period and round_money(exact, "USD")
     )
-    import_focus(SAMPLE, p.settings, progress=False)
+    run_import_focus(SAMPLE, p.settings, progress=False)
     poison = json.dumps(
         {
             "schema_version": 1,
@@ -621,7 +621,7 @@ def test_a_released_hold_leaves_a_missing_invoice_that_apply_issues_as_revision_
     p.workers.start("invoicing", 2)
     p.workers.start("email", 1)
     for q in EXPECTED.periods:
-        close_period(q, p.settings, progress=False)
+        run_close_period(q, p.settings, progress=False)
 
     def settled() -> bool:
         with p.connect() as conn:

@@ -10,7 +10,8 @@ import psycopg
 from confluent_kafka import Message
 from psycopg import sql
 
-from streams.adapters.connect import connector_status, wait_running
+from streams import bootstrap
+from streams.adapters.connect import wait_running
 from streams.settings import Settings
 from streams.stack.health import POSTGRES_CONNECTOR_CLASS
 from tests.support.kafka import drain, make_topic
@@ -26,7 +27,7 @@ def test_connect_lists_the_debezium_postgres_connector(settings: Settings) -> No
 
 
 def test_outbox_connector_is_registered_and_running(settings: Settings) -> None:
-    status = connector_status(settings)
+    status = bootstrap.outbox_connector_status(settings)
     assert status is not None, "the outbox connector is not registered"
     assert status["connector"]["state"] == "RUNNING"
     assert [t["state"] for t in status["tasks"]] == ["RUNNING"]

@@ -3,13 +3,15 @@ typed access to a consumed record's headers."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterable
 
 from confluent_kafka import Consumer, Message, TopicPartition
 
-from streams.adapters.kafka import ensure_topics
-from streams.settings import KafkaSettings
+from streams.adapters.kafka import ensure_topics, make_reader
+from streams.ops import status
+from streams.settings import KafkaSettings, Settings
 from streams.topics import TopicSpec
 
 
@@ -195,3 +197,9 @@ def wait_for_no_lag(kafka: KafkaSettings, group: str, topic: str, timeout_s: flo
             return
         time.sleep(0.5)
     raise AssertionError(f"group {group} still lags {lag} records on {topic} after {timeout_s}s")
+
+
+def topic_size(settings: Settings, topic: str) -> int:
+    """Records in ``topic`` now (:func:`streams.ops.status.topic_size`, the status view's count)."""
+    with contextlib.closing(make_reader(settings.kafka, status.PROBE_GROUP)) as consumer:
+        return status.topic_size(consumer, topic)

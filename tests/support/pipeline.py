@@ -1,5 +1,63 @@
-"""Tests use the package's sandbox: an isolated pipeline per test (see streams/sandbox.py)."""
+"""Tests use the product's sandbox (streams/sandbox/): an isolated pipeline per test.
 
-from streams.sandbox import Pipeline, free_port, isolated_pipeline
+:class:`Pipeline` adds to the sandbox's pipeline what only tests use: the other
+topics' names and the workers' logs for failure messages.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import ParamSpec
+
+from streams.sandbox import pipeline as sandbox
+from streams.sandbox.smtp import free_port
+from streams.topics import ACCOUNT_EVENTS_DLQ, INVOICES
 
 __all__ = ["Pipeline", "free_port", "isolated_pipeline"]
+
+P = ParamSpec("P")
+
+
+class Pipeline(sandbox.Pipeline):
+    """The sandbox's pipeline, plus test helpers."""
+
+    @classmethod
+    def of(cls, base: sandbox.Pipeline) -> Pipeline:
+        """The same sandbox (same settings, files, tax service and worker group)."""
+        pipeline = cls(base.unique, base.settings, base.env, base.workdir, base.maildir, base.tax)
+        pipeline.workers = base.workers  # the group the sandbox stops at teardown
+        return pipeline
+
+    @property
+    def dlq_topic(self) -> str:
+        return ACCOUNT_EVENTS_DLQ.with_prefix(self.settings.kafka.topic_prefix).name
+
+    @property
+    def invoices_topic(self) -> str:
+        return INVOICES.with_prefix(self.settings.kafka.topic_prefix).name
+
+    def worker_logs(self) -> str:
+        """The last 6,000 characters of every worker's log, with its name and exit code."""
+        parts = []
+        for worker in self.workers.processes:
+            text = worker.log.read_text(errors="replace") if worker.log.exists() else ""
+            parts.append(
+                f"----- {worker.name} (exit {worker.process.poll()}) -----\n{text[-6000:]}"
+            )
+        return "\n".join(parts)
+
+
+def _yielding_test_pipelines(
+    make: Callable[P, contextlib.AbstractContextManager[sandbox.Pipeline]],
+) -> Callable[P, contextlib.AbstractContextManager[Pipeline]]:
+    @contextlib.contextmanager
+    def wrapped(*args: P.args, **kwargs: P.kwargs) -> Iterator[Pipeline]:
+        with make(*args, **kwargs) as pipeline:
+            yield Pipeline.of(pipeline)
+
+    return wrapped
+
+
+#: :func:`streams.sandbox.pipeline.isolated_pipeline` (same arguments), yielding a :class:`Pipeline`.
+isolated_pipeline = _yielding_test_pipelines(sandbox.isolated_pipeline)

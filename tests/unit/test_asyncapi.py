@@ -19,11 +19,11 @@ from jsonschema import (  # type: ignore[import-untyped]
 )
 
 from streams.domain.codec import encode, headers_dict
-from streams.domain.events import TOPIC_EVENT_TYPES, Envelope
+from streams.domain.events import Envelope
 from streams.invoicing.dlq import DeadLetters
-from streams.schemas import ASYNCAPI_FILE, message_id, render_asyncapi
+from streams.schemas.render import ASYNCAPI_FILE, message_id, render_asyncapi
 from streams.topics import ACCOUNT_EVENTS, ACCOUNT_EVENTS_DLQ, INVOICES, REGISTRY
-from tests.unit.test_schemas import sample_events
+from tests.unit.test_schemas import TOPIC_MODELS, sample_events
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMAS = ROOT / "schemas"
@@ -121,7 +121,7 @@ def test_one_message_per_event_type_with_payload_key_and_headers(
     document: dict[str, Any],
 ) -> None:
     messages = document["components"]["messages"]
-    for topic, models in TOPIC_EVENT_TYPES.items():
+    for topic, models in TOPIC_MODELS.items():
         [channel] = [c for c in document["channels"].values() if c["address"] == topic]
         assert set(channel["messages"]) == {message_id(m.event_type) for m in models}
         for model in models:
@@ -157,7 +157,7 @@ def test_headers_schemas_require_what_the_binding_and_the_router_place() -> None
 def test_real_headers_validate(event: Any) -> None:
     record = encode(Envelope.wrap(event, id="6a0e1b0e-6a39-4f8e-8f1e-0d5a3c9d1f11", source="/t"))
     headers: dict[str, str] = headers_dict(record.headers)
-    topic = next(t for t, models in TOPIC_EVENT_TYPES.items() if type(event) in models)
+    topic = next(t for t, models in TOPIC_MODELS.items() if type(event) in models)
     check = headers_validator(topic)
     if topic == INVOICES.name:
         with pytest.raises(ValidationError):  # the router adds these two
@@ -252,7 +252,7 @@ def test_schema_files_mean_the_same_under_the_default_asyncapi_schema_format() -
     files = sorted(SCHEMAS.rglob("*.schema.json"))
     # Topic files, plus the price book's document schema (checked alike below).
     topic_files = [path for path in files if path.parent.name != "price-book"]
-    assert len(topic_files) == len(REGISTRY) * 2 + sum(len(m) for m in TOPIC_EVENT_TYPES.values())
+    assert len(topic_files) == len(REGISTRY) * 2 + sum(len(m) for m in TOPIC_MODELS.values())
     assert len(files) == len(topic_files) + 1
     for path in files:
         used = set(keywords(json.loads(path.read_text(encoding="utf-8"))))

@@ -11,7 +11,6 @@ import pytest
 from streams.domain.codec import decode, encode
 from streams.domain.errors import InvalidEvent
 from streams.domain.events import (
-    TOPIC_EVENT_TYPES,
     BillingPeriodClosed,
     CustomerUpserted,
     Envelope,
@@ -21,8 +20,10 @@ from streams.domain.events import (
     TaxAmount,
     UsageRecorded,
     close_marker_id,
+    event_models,
     invoice_id_for,
 )
+from streams.topics import INVOICES
 
 CUSTOMER = "/subscriptions/64e355d7-997c-491d-b0c1-8414dccfcf42"
 WHEN = datetime(2024, 9, 18, 22, tzinfo=UTC)
@@ -146,7 +147,7 @@ def test_type_not_allowed_on_the_topic() -> None:
             record.key,
             record.value,
             record.headers,
-            allowed=TOPIC_EVENT_TYPES["billing.invoices.v1"],
+            allowed=event_models(INVOICES.event_types),
         )
 
 

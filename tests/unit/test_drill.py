@@ -107,7 +107,7 @@ def test_only_the_drill_command_runs_the_naive_design() -> None:
         for path in (STREAMS / "drill").glob("*.py")
         if path.name != "naive.py" and imports_of_naive(path.read_text(encoding="utf-8"))
     )
-    assert users == ["cli.py"]
+    assert users == ["run.py"]
 
 
 # --------------------------------------------------------------------------- customers

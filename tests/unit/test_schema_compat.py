@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from streams.schema_compat import (
+from streams.schemas.compat import (
     BaseUnavailable,
     breaking_changes,
     check_compat,
@@ -300,7 +300,7 @@ def repo(tmp_path: Path) -> Path:
 
 def run_command(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "streams.schemas_cli", "check-compat", *args],
+        [sys.executable, "-m", "streams.entrypoints.schemas", "check-compat", *args],
         cwd=repo,
         capture_output=True,
         text=True,

@@ -14,7 +14,6 @@ from jsonschema import Draft202012Validator, ValidationError  # type: ignore[imp
 from streams.domain.codec import encode
 from streams.domain.events import (
     EVENT_TYPES,
-    TOPIC_EVENT_TYPES,
     BillingPeriodClosed,
     CreditNoteIssued,
     CustomerUpserted,
@@ -26,12 +25,15 @@ from streams.domain.events import (
     SourceRange,
     TaxAmount,
     UsageRecorded,
+    event_models,
 )
-from streams.schemas import render_schemas, stale_schemas, write_schemas
+from streams.schemas.render import render_schemas, stale_schemas, write_schemas
 from streams.topics import REGISTRY
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
 WHEN = datetime(2024, 9, 30, 23, 59, 59, 999000, tzinfo=UTC)
+#: Topic name → the models of the event types it carries (the registry's ``event_types``).
+TOPIC_MODELS = {spec.name: event_models(spec.event_types) for spec in REGISTRY if spec.event_types}
 CUSTOMER = "/subscriptions/64e355d7-997c-491d-b0c1-8414dccfcf42"
 
 
@@ -123,7 +125,7 @@ def sample_events() -> list[EventData]:
 
 
 def topic_of(model: type[EventData]) -> str:
-    [topic] = [t for t, models in TOPIC_EVENT_TYPES.items() if model in models]
+    [topic] = [t for t, models in TOPIC_MODELS.items() if model in models]
     return topic
 
 
@@ -148,7 +150,7 @@ def test_every_topic_and_event_type_has_its_files() -> None:
     for spec in REGISTRY:
         assert f"{spec.name}/key.schema.json" in rendered
         assert f"{spec.name}/headers.schema.json" in rendered
-    for topic, models in TOPIC_EVENT_TYPES.items():
+    for topic, models in TOPIC_MODELS.items():
         for model in models:
             assert f"{topic}/{model.event_type}.schema.json" in rendered
     # The price book's schema is a document's, not a topic's (checked below).

@@ -13,7 +13,7 @@ import pytest
 
 from streams.adapters.maildir import list_messages
 from streams.email.transport import SmtpTransport
-from streams.sandbox import running_smtp_sink
+from streams.sandbox.smtp import running_smtp_sink
 from streams.settings import SmtpSettings
 from tests.contracts.mail import MailHarness, MailTransportContract, Received
 

@@ -28,7 +28,7 @@ from streams.domain.rating import (
     price_book_from_data,
 )
 from streams.domain.rating import book as book_module
-from streams.schemas import PRICE_BOOK_FILE, render_schemas
+from streams.schemas.render import PRICE_BOOK_FILE, render_schemas
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE = ROOT / "examples" / "pricing" / "price-book.yaml"

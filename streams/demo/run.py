@@ -1,116 +1,44 @@
-"""``invoicing demo``: the main job, end to end, on the bundled real FOCUS sample.
-
-1. brings the local stack up (idempotent);
-2. imports the FOCUS 1.0 CSV into ``billing.account-events.v1``;
-3. starts a group of invoicing workers (default 3, separate processes) and one
-   email sender;
-4. closes every billing period present in the file (``close-period``);
-5. waits, with a progress bar, until every (customer, period) of the file has an
-   invoice and every invoice's email is settled (sent, or recorded as not sent
-   with a reason: zero total, refused by SMTP, not renderable);
-6. prints the reconciliation: for each (customer, month) the exact sum of
-   ``BilledCost`` (read with the ``csv`` module, independently of the importer)
-   rounded once (half-even, minor unit) against the invoice subtotal, then the
-   summary. Exit status 1 on any mismatch, missing invoice, or invoice with a
-   non-zero total that was not emailed.
-
-Running it again changes nothing: the import deduplicates, the close markers
-have the same ids, and the invoices already exist (the table shows the same
-result).
-"""
+"""The demo's run (steps 1-6 of :mod:`streams.demo`) and its reconciliation."""
 
 from __future__ import annotations
 
-import csv
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
+from streams.demo.expected import DEFAULT_SAMPLE, Expected, expected_from_file
 from streams.domain.money import round_money
-from streams.processes import WorkerGroup
+from streams.sandbox.processes import WorkerGroup
 from streams.settings import Settings
 
-DEFAULT_SAMPLE = Path("examples/focus/focus_sample.csv")
+if TYPE_CHECKING:
+    from streams.importers.close_period import ClosePeriodRun
+    from streams.importers.focus_import import ImportFocusRun
 
 
 @dataclass(frozen=True)
-class Expected:
-    """What the file says each (customer, period) must be invoiced: exact sums and
-    currency; ``rows`` summed, and ``unreadable`` rows (line number, reason) that
-    could not be attributed to a (customer, period)."""
+class DemoClients:
+    """What the demo runs through, wired by the composition root
+    (:func:`streams.bootstrap.demo_clients`); each builds its clients when called,
+    after the stack is up.
 
-    sums: dict[tuple[str, str], Decimal]
-    currency: dict[tuple[str, str], str]
-    rows: int
-    unreadable: tuple[tuple[int, str], ...] = ()
-
-    @property
-    def periods(self) -> list[str]:
-        return sorted({period for _, period in self.sums})
-
-
-def _utc_month(text: str) -> str:
-    """``YYYY-MM`` of a FOCUS date-time in UTC: without an offset it is UTC (FOCUS 1.0
-    requires UTC date-times), with one it is converted. Raises ValueError otherwise."""
-    moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
-    if moment.tzinfo is not None:
-        moment = moment.astimezone(UTC)
-    return f"{moment.year:04d}-{moment.month:02d}"
-
-
-def expected_from_file(path: Path, *, customer_prefix: str = "") -> Expected:
-    """Exact sum of ``BilledCost`` per (``SubAccountId``, UTC month of
-    ``BillingPeriodStart``) of a FOCUS CSV, read with the standard ``csv`` module only.
-
-    Deliberately independent of the importer (:mod:`streams.domain.focus`): a row the
-    importer maps wrongly or skips shows up as a mismatch here instead of dropping out
-    of both sides. Rows without a usable ``SubAccountId``, ``BillingPeriodStart``,
-    ``BilledCost`` or ``BillingCurrency`` (empty or the literal ``NULL``) are listed
-    in ``unreadable`` with their line number (the header is line 1). Money is
-    ``Decimal``; nothing is rounded here.
-
-    Raises:
-        OSError: the file cannot be read.
+    Attributes:
+        import_focus: the FOCUS import with its producer.
+        close_period: close-period with its clients.
+        database: a new autocommit connection of the application role (closed by the demo).
     """
-    sums: dict[tuple[str, str], Decimal] = defaultdict(Decimal)
-    currency: dict[tuple[str, str], str] = {}
-    unreadable: list[tuple[int, str]] = []
-    rows = 0
-    with path.open(newline="", encoding="utf-8-sig") as fh:
-        reader = csv.DictReader(fh)
-        for row in reader:
-            line = reader.line_num
-            values = {
-                name: (row.get(name) or "").strip()
-                for name in ("SubAccountId", "BillingPeriodStart", "BilledCost", "BillingCurrency")
-            }
-            empty = [name for name, value in values.items() if value in ("", "NULL")]
-            if empty:
-                unreadable.append((line, f"missing {', '.join(empty)}"))
-                continue
-            try:
-                period = _utc_month(values["BillingPeriodStart"])
-                amount = Decimal(values["BilledCost"])
-            except (ValueError, ArithmeticError) as exc:
-                unreadable.append((line, f"unreadable value: {exc}"))
-                continue
-            if not amount.is_finite():
-                unreadable.append((line, f"BilledCost {values['BilledCost']!r} is not finite"))
-                continue
-            key = (customer_prefix + values["SubAccountId"], period)
-            sums[key] += amount
-            currency[key] = values["BillingCurrency"]
-            rows += 1
-    return Expected(dict(sums), currency, rows, tuple(unreadable))
+
+    import_focus: ImportFocusRun
+    close_period: ClosePeriodRun
+    database: Callable[[Settings], psycopg.Connection[Any]]
 
 
 @dataclass
@@ -218,14 +146,13 @@ def reconcile(
 def run_demo(
     settings: Settings,
     *,
+    clients: DemoClients,
     path: Path = DEFAULT_SAMPLE,
     workers: int = 3,
     timeout_s: float = 600.0,
     console: Console | None = None,
 ) -> DemoReport:
     """The main job (see the module docstring). Returns the report; the CLI prints it."""
-    from streams.importers.close_period import close_period
-    from streams.importers.focus_import import import_focus
     from streams.stack.manager import Stack
 
     console = console or Console(stderr=True)
@@ -243,21 +170,21 @@ def run_demo(
         group.start("email", 1)
         console.print(f"started {workers} invoicing workers and 1 email sender (logs: {log_dir})")
 
-        summary = import_focus(path, settings, progress=True)
+        summary = clients.import_focus(path, settings, progress=True)
         timings["import"] = time.monotonic() - t1
         console.print(
             f"imported {summary.produced} usage rows, {summary.customers_produced} customers "
             f"({summary.produced / max(summary.elapsed_s, 1e-9):.0f} rows/s)"
         )
         for period in expected.periods:
-            close_period(period, settings, progress=False)
+            clients.close_period(period, settings, progress=False)
         console.print(f"closed billing periods: {', '.join(expected.periods)}")
 
         t2 = time.monotonic()
         wanted = len(expected.sums)
         deadline = time.monotonic() + timeout_s
         with (
-            psycopg.connect(settings.postgres.dsn(), autocommit=True) as conn,
+            clients.database(settings) as conn,
             Progress(
                 TextColumn("{task.description}"),
                 BarColumn(),
@@ -282,53 +209,8 @@ def run_demo(
                     break
                 time.sleep(0.5)
         timings["invoice+email"] = time.monotonic() - t2
-        with psycopg.connect(settings.postgres.dsn(), autocommit=True) as conn:
+        with clients.database(settings) as conn:
             report = reconcile(conn, expected, stack.layout.maildir)
     timings["total"] = time.monotonic() - t0
     report.timings = timings
     return report
-
-
-def print_report(report: DemoReport, console: Console) -> None:
-    """Print the reconciliation per (customer, month), then the summary table."""
-    # One line per pair, customer last: account ids are up to ~80 characters long and
-    # a bordered table would fold them on an 80-column terminal.
-    console.print("reconciliation per (customer, month): round(Σ BilledCost) vs invoice subtotal")
-    head = f"{'month':<8} {'Σ BilledCost (exact)':>22} {'rounded':>10} {'subtotal':>10}    customer"
-    console.print(head, markup=False, soft_wrap=True)
-    for customer, period, exact, want, got in report.pairs:
-        verdict = "??" if got is None else ("=" if got == want else "!=")
-        shown = "(none)" if got is None else str(got)
-        line = f"{period:<8} {exact:>22f} {want!s:>10} {shown:>10} {verdict:>2} {customer}"
-        console.print(line, markup=False, soft_wrap=True, highlight=False)
-    table = Table(title="invoicing demo: FOCUS 1.0 sample")
-    table.add_column("what")
-    table.add_column("value", justify="right")
-    table.add_row("customers invoiced", str(report.customers))
-    table.add_row("invoices issued", str(report.invoices))
-    table.add_row("emails sent", str(report.emails_sent))
-    table.add_row("not emailed (zero total)", str(report.emails_skipped_zero_total))
-    table.add_row("not emailed (refused, failed or pending)", str(len(report.emails_not_sent)))
-    table.add_row("duplicate emails", str(report.duplicate_emails))
-    for currency, total in sorted(report.total_by_currency.items()):
-        table.add_row(f"sum of totals ({currency})", f"{total}")
-    table.add_row("reconciliation: subtotal = round(Σ BilledCost)", f"{report.matches} match")
-    table.add_row("reconciliation: mismatches", str(len(report.mismatches)))
-    table.add_row("missing", str(len(report.missing)))
-    table.add_row("file rows not reconcilable", str(len(report.unreadable_rows)))
-    for name, seconds in report.timings.items():
-        table.add_row(f"time: {name}", f"{seconds:.1f} s")
-    console.print(table)
-    if report.mismatches:
-        detail = Table(title="mismatches")
-        for col in ("customer", "period", "expected subtotal", "invoice subtotal"):
-            detail.add_column(col)
-        for customer, period, want, got in report.mismatches:
-            detail.add_row(customer, period, str(want), str(got))
-        console.print(detail)
-    if report.missing:
-        console.print(f"[red]missing:[/] {report.missing[:20]}")
-    if report.emails_not_sent:
-        console.print(f"[red]not emailed:[/] {report.emails_not_sent[:20]}")
-    for line_no, reason in report.unreadable_rows[:20]:
-        console.print(f"[yellow]file line {line_no}[/]: {reason}")

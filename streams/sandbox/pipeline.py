@@ -1,4 +1,4 @@
-"""An isolated pipeline on the shared real stack (tests, the drill).
+"""An isolated pipeline on the shared real stack (the drill's safe mode, the tests).
 
 Each sandbox gets its own PostgreSQL database (migrated, with Debezium's
 publication), its own topics (a prefix), consumer groups, outbox connector and
@@ -11,10 +11,6 @@ two sandboxes never see each other's customers.
 from __future__ import annotations
 
 import contextlib
-import shutil
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -29,20 +25,18 @@ from streams.adapters import migrate
 from streams.adapters.connect import render_outbox_config, wait_running
 from streams.adapters.kafka import ensure_topics, topic_specs
 from streams.adapters.provision import provision_publication
-from streams.processes import WorkerGroup
+from streams.sandbox.processes import WorkerGroup
+from streams.sandbox.smtp import free_port, running_smtp_sink
 from streams.settings import KafkaSettings, PostgresSettings, Settings
 from streams.stack.fake_tax import FakeTaxProcess, running_fake_tax
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from streams.topics import ACCOUNT_EVENTS
 
 
 @dataclass
 class Pipeline:
-    """One test's pipeline: settings (and the same as environment for worker processes)."""
+    """One sandbox's pipeline: its settings, the same as environment for worker processes
+    (``env``), its files (``workdir``, the SMTP sink's ``maildir``), its fake tax
+    service and its worker processes (stopped when the sandbox is torn down)."""
 
     unique: str
     settings: Settings
@@ -57,27 +51,12 @@ class Pipeline:
 
     @property
     def topic(self) -> str:
-        return self.settings.kafka.topic_prefix + "billing.account-events.v1"
-
-    @property
-    def dlq_topic(self) -> str:
-        return self.settings.kafka.topic_prefix + "billing.account-events.dlq.v1"
-
-    @property
-    def invoices_topic(self) -> str:
-        return self.settings.kafka.topic_prefix + "billing.invoices.v1"
+        """The sandbox's ``billing.account-events.v1`` (under its topic prefix)."""
+        return ACCOUNT_EVENTS.with_prefix(self.settings.kafka.topic_prefix).name
 
     def connect(self) -> psycopg.Connection[Any]:
+        """A new autocommit connection to the sandbox's database (the caller closes it)."""
         return psycopg.connect(self.settings.postgres.dsn(), autocommit=True)
-
-    def worker_logs(self) -> str:
-        parts = []
-        for worker in self.workers.processes:
-            text = worker.log.read_text(errors="replace") if worker.log.exists() else ""
-            parts.append(
-                f"----- {worker.name} (exit {worker.process.poll()}) -----\n{text[-6000:]}"
-            )
-        return "\n".join(parts)
 
 
 def _replication_dsn(pg: PostgresSettings) -> str:
@@ -127,16 +106,16 @@ def isolated_pipeline(
         provision_publication(pg)
         with running_fake_tax(workdir / "tax") as tax:
             tax_settings = base.tax.model_copy(update={"url": tax.url})
-            settings = Settings(
-                postgres=pg,
-                kafka=kafka,
-                worker=worker,
-                connect=connect,
-                smtp=smtp,
-                tax=tax_settings,
-                redis=base.redis,
-                fakes=base.fakes,
-                stack=base.stack,
+            # Derived from the caller's settings, not loaded again from the environment.
+            settings = base.model_copy(
+                update={
+                    "postgres": pg,
+                    "kafka": kafka,
+                    "worker": worker,
+                    "connect": connect,
+                    "smtp": smtp,
+                    "tax": tax_settings,
+                }
             )
             ensure_topics(kafka, topic_specs(kafka))
             config = render_outbox_config(settings, base.stack.home)
@@ -185,65 +164,6 @@ def _delete_topics(kafka: KafkaSettings) -> None:
         for future in admin.delete_topics(names, operation_timeout=30).values():
             with contextlib.suppress(Exception):  # already gone: nothing to do
                 future.result()
-
-
-class SmtpSinkError(RuntimeError):
-    """The SMTP sink process did not start listening."""
-
-
-@contextlib.contextmanager
-def running_smtp_sink(
-    workdir: Path, *, port: int | None = None, timeout_s: float = 20.0
-) -> Iterator[tuple[int, Path]]:
-    """The project's SMTP sink (:mod:`streams.stack.smtp_sink`) as a child process on
-    127.0.0.1:``port`` (default: a free port), storing into ``workdir/maildir``
-    (emptied first, so a reused workdir counts this run's mail only), logging to
-    ``workdir/smtp.log``. Yields ``(port, maildir)``; stops the process on exit.
-
-    Raises:
-        SmtpSinkError: nothing listened on the port within ``timeout_s`` seconds.
-    """
-    port = port or free_port()
-    maildir = workdir / "maildir"
-    shutil.rmtree(maildir, ignore_errors=True)
-    maildir.mkdir(parents=True)
-    log = workdir / "smtp.log"
-    with log.open("ab") as out:
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "streams.stack.smtp_sink",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--maildir",
-                str(maildir),
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=1):
-                    break
-            except OSError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise SmtpSinkError(
-                        f"the SMTP sink did not listen on 127.0.0.1:{port} (see {log})"
-                    ) from None
-                time.sleep(0.1)
-        yield port, maildir
-    finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 def _drop_database(base: PostgresSettings, database: str, timeout_s: float = 60.0) -> None:

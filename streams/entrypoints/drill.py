@@ -1,7 +1,7 @@
 """``invoicing drill --mode naive|safe``: the incident of DESIGN §1, at compressed time.
 
-Registered in :mod:`streams.cli` as ``app.command("drill")(drill_command)``.
-Heavy imports happen inside the command, so ``invoicing --help`` stays fast.
+The runs are :mod:`streams.drill` (:func:`streams.drill.run.run_drill`). Heavy
+imports happen inside the command, so ``invoicing --help`` stays fast.
 
 Exit status: 0 when the mode's expectation holds (naive: duplicates, the
 reproduction; safe: none), 1 when it does not, 2 when the run could not
@@ -12,20 +12,18 @@ from __future__ import annotations
 
 import json
 import uuid
-from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
 
-
-class DrillMode(StrEnum):
-    naive = "naive"
-    safe = "safe"
+from streams.drill.run import DrillMode
+from streams.entrypoints.common import configure_logging, exit_on, settings_of
 
 
 def drill_command(
+    ctx: typer.Context,
     mode: Annotated[
         DrillMode,
         typer.Option(
@@ -79,17 +77,17 @@ def drill_command(
     ] = False,
 ) -> None:
     """Reproduce the double-invoicing incident (naive) or show the pipeline prevents it (safe)."""
+    from streams import bootstrap
     from streams.drill import DrillError
     from streams.drill.config import DrillConfig
-    from streams.sandbox import SmtpSinkError
-    from streams.settings import Settings
+    from streams.drill.run import run_drill
+    from streams.sandbox.smtp import SmtpSinkError
     from streams.stack.fake_tax import FakeTaxConfig
-    from streams.worker_cli import configure_logging
 
     console = Console(stderr=True)
     out = Console(width=max(Console().width, 110))
     configure_logging("WARNING")
-    settings = Settings()
+    settings = settings_of(ctx)
     config = DrillConfig(
         customers=customers,
         large_share=large_share,
@@ -122,18 +120,16 @@ def drill_command(
     def say(message: str) -> None:
         console.print(f"[cyan]drill[/]: {message}")
 
-    try:
-        if mode is DrillMode.naive:
-            from streams.drill.naive import run_naive
-
-            report = run_naive(settings, config, where, run_tag=run_tag, progress=say)
-        else:
-            from streams.drill.safe import run_safe
-
-            report = run_safe(settings, config, where, run_tag=run_tag, progress=say)
-    except (DrillError, SmtpSinkError) as exc:
-        console.print(f"[red]drill failed[/]: {exc}")
-        raise typer.Exit(2) from exc
+    with exit_on(((DrillError, SmtpSinkError), 2, "drill failed"), to=console):
+        report = run_drill(
+            mode,
+            settings,
+            config,
+            where,
+            run_tag=run_tag,
+            clients=bootstrap.drill_clients(),
+            progress=say,
+        )
     out.print(report.table())
     verdict = "[green]holds[/]" if report.ok else "[red]does NOT hold[/]"
     out.print(f"expectation ({report.expectation}): {verdict}")

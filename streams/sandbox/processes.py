@@ -58,7 +58,7 @@ class WorkerGroup:
             env = {**os.environ, **self.env, **(extra_env or {}), "PYTHONUNBUFFERED": "1"}
             with log.open("ab") as fh:
                 proc = subprocess.Popen(
-                    [sys.executable, "-m", "streams.cli", "worker", kind],
+                    [sys.executable, "-m", "streams.entrypoints", "worker", kind],
                     stdout=fh,
                     stderr=subprocess.STDOUT,
                     env=env,

@@ -1,8 +1,7 @@
-"""``invoicing replay YYYY-MM --dry-run | --apply`` (mounted by :mod:`streams.cli`).
+"""``invoicing replay YYYY-MM --dry-run | --apply``: the command; the replay is :mod:`streams.replay`.
 
-Kept outside :mod:`streams.replay` (like :mod:`streams.worker_cli`) so that
-loading the CLI does not import Kafka, PostgreSQL and the replay; the command
-imports them when it runs. Settings are loaded once here and passed down.
+Loading the CLI does not import Kafka, PostgreSQL and the replay; the command
+imports them when it runs.
 
 Exit codes: 0 done (a dry run exits 0 with or without differences; read the
 table or the report); 1 Kafka, database or per-customer failures (tax service,
@@ -26,13 +25,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from streams.settings import Settings
+from streams.entrypoints.common import console, leased_job, out, settings_of
 
 if TYPE_CHECKING:
     from streams.replay.runner import ReplayReport
-
-console = Console(stderr=True)
-out = Console()
 
 
 def default_report_path(period: str, run_id: str) -> Path:
@@ -41,6 +37,7 @@ def default_report_path(period: str, run_id: str) -> Path:
 
 
 def replay_command(
+    ctx: typer.Context,
     period: Annotated[str, typer.Argument(help="Billing period, YYYY-MM.")],
     dry_run: bool = typer.Option(
         False, "--dry-run", help="Report the differences; write nothing to the invoice tables."
@@ -73,8 +70,6 @@ def replay_command(
     report); --apply turns each into a credit note and a new revision, one
     email each. Running --apply again changes nothing. See docs/replay.md.
     """
-    from streams.adapters.lease import LeaseBusy, LeaseError, LeaseUnavailable
-    from streams.domain.errors import InvalidPeriod
     from streams.replay.errors import ReplayAborted, ReplayError
     from streams.replay.runner import Mode, replay_period
 
@@ -85,8 +80,13 @@ def replay_command(
         console.print("[red]--margin-days must not be negative[/]")
         raise typer.Exit(2)
     mode = Mode.APPLY if apply else Mode.DRY_RUN
-    settings = Settings()
-    try:
+    settings = settings_of(ctx)
+    with leased_job(
+        job="replay",
+        busy=f"another replay of {period} is running",
+        aborted=ReplayAborted,
+        errors=(ReplayError,),
+    ):
         result = replay_period(
             period,
             settings,
@@ -96,21 +96,6 @@ def replay_command(
             lease_ttl_s=lease_ttl,
             on_step=_fault_hook(settings.fault.kill_replay_after_writes),
         )
-    except InvalidPeriod as exc:
-        console.print(f"[red]{exc}[/]")
-        raise typer.Exit(2) from exc
-    except LeaseUnavailable as exc:
-        console.print(f"[red]refusing to start[/]: {exc}")
-        raise typer.Exit(3) from exc
-    except LeaseBusy as exc:
-        console.print(f"[red]another replay of {period} is running[/]: {exc}")
-        raise typer.Exit(4) from exc
-    except ReplayAborted as exc:
-        console.print(f"[red]aborted[/]: {exc}")
-        raise typer.Exit(5) from exc
-    except (ReplayError, LeaseError) as exc:
-        console.print(f"[red]replay failed[/]: {exc}")
-        raise typer.Exit(1) from exc
     document = result.to_dict()
     path = report or default_report_path(result.period, result.run_id)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,4 @@
-"""Operator commands of ``invoicing``: status, holds, fences, outbox, reconcile."""
+"""Operator commands of ``invoicing``: status, holds, fences, outbox, reconcile (:mod:`streams.ops`)."""
 
 from __future__ import annotations
 
@@ -8,14 +8,13 @@ import socket
 from datetime import timedelta
 from typing import Annotated
 
-import psycopg
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from streams.settings import Settings
+from streams.entrypoints.common import console, exit_on, settings_of
+from streams.topics import ACCOUNT_EVENTS, INVOICES
 
-console = Console(stderr=True)
 #: Wide when not a terminal, so piped status output keeps its columns.
 out = Console(width=None if Console().is_terminal else 160)
 
@@ -36,15 +35,18 @@ def _table(title: str, rows: list[dict[str, object]]) -> Table | str:
 
 
 def status_command(
+    ctx: typer.Context,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
 ) -> None:
     """Invoices and emails per period, holds, late usage, fences, lag, dead letters, outbox, connector.
 
     Exit 1 when something needs an operator (open holds, late usage, dead letters, a service down).
     """
+    from streams import bootstrap
     from streams.ops.status import collect
 
-    view = collect(Settings())
+    settings = settings_of(ctx)
+    view = collect(settings, bootstrap.status_sources(settings))
     if as_json:
         out.print_json(json.dumps(view.__dict__, default=str))
     else:
@@ -74,18 +76,21 @@ def status_command(
 
 @holds_app.command("list")
 def holds_list(
+    ctx: typer.Context,
     all_: Annotated[bool, typer.Option("--all", help="Include released holds.")] = False,
 ) -> None:
     """Holds with their reason and the source coordinates of the dead-lettered record."""
+    from streams import bootstrap
     from streams.ops.holds import list_holds
 
-    with psycopg.connect(Settings().postgres.dsn(), autocommit=True) as conn:
+    with bootstrap.connection(settings_of(ctx)) as conn:
         rows = list_holds(conn, include_released=all_)
     out.print(_table("invoice holds", [r.__dict__ for r in rows]))
 
 
 @holds_app.command("release")
 def holds_release(
+    ctx: typer.Context,
     hold_id: Annotated[int, typer.Argument(help="The hold to release (see `holds list`).")],
     note: Annotated[
         str, typer.Option("--note", help="Why it is safe to release (kept with the hold).")
@@ -95,41 +100,40 @@ def holds_release(
     from streams import bootstrap
     from streams.ops.holds import HoldError, release_hold
 
-    settings = Settings()
+    settings = settings_of(ctx)
     producer = bootstrap.producer(settings)
     who = f"{getpass.getuser()}@{socket.gethostname()}"
-    with psycopg.connect(settings.postgres.dsn(), autocommit=True) as conn:
-        try:
-            periods = release_hold(
-                conn,
-                producer,
-                settings.kafka.topic_prefix + "billing.account-events.v1",
-                hold_id,
-                released_by=who,
-                note=note,
-            )
-        except HoldError as exc:
-            console.print(f"[red]{exc}[/]")
-            raise typer.Exit(2) from exc
+    with (
+        bootstrap.connection(settings) as conn,
+        exit_on((HoldError, 2, None)),
+    ):
+        periods = release_hold(
+            conn,
+            producer,
+            ACCOUNT_EVENTS.with_prefix(settings.kafka.topic_prefix).name,
+            hold_id,
+            released_by=who,
+            note=note,
+        )
     console.print(
         f"hold #{hold_id} released; re-closed: {', '.join(periods) or 'nothing (no held close)'}"
     )
 
 
 @fences_app.command("list")
-def fences_list() -> None:
+def fences_list(ctx: typer.Context) -> None:
     """Every fence row: group, topic, partition, generation, member, updated."""
-    with psycopg.connect(Settings().postgres.dsn(), autocommit=True) as conn:
-        rows = conn.execute(
-            "SELECT group_id, topic, partition, generation, member_id, updated_at FROM partition_fences "
-            "ORDER BY 1, 2, 3"
-        ).fetchall()
-    keys = ("group", "topic", "partition", "generation", "member", "updated")
-    out.print(_table("partition fences", [dict(zip(keys, r, strict=True)) for r in rows]))
+    from streams import bootstrap
+    from streams.ops.fences import list_fences
+
+    with bootstrap.connection(settings_of(ctx)) as conn:
+        rows = list_fences(conn)
+    out.print(_table("partition fences", rows))
 
 
 @fences_app.command("reset")
 def fences_reset(
+    ctx: typer.Context,
     group_id: Annotated[str, typer.Argument(help="Consumer group whose fences to delete.")],
     yes: Annotated[
         bool, typer.Option("--yes", help="Confirm: no member of the group is running.")
@@ -138,31 +142,35 @@ def fences_reset(
     """Delete a group's fence rows: after the group was deleted or its offsets expired
     (its generation restarted from the bottom and every claim is refused). Stop every
     member first; the next members claim afresh."""
+    from streams import bootstrap
     from streams.invoicing.fencing import reset_group
 
     if not yes:
         console.print("refusing without --yes: stop every member of the group first")
         raise typer.Exit(2)
-    with psycopg.connect(Settings().postgres.dsn()) as conn:
+    with bootstrap.connection(settings_of(ctx), autocommit=False) as conn:
         deleted = reset_group(conn, group_id)
     console.print(f"deleted {deleted} fence row(s) of group {group_id}")
 
 
 @outbox_app.command("prune")
 def outbox_prune(
+    ctx: typer.Context,
     older_than_days: Annotated[
         int, typer.Option("--older-than-days", min=1, help="Retention in days.")
     ] = 30,
 ) -> None:
     """Delete outbox rows older than the retention (Debezium's EventRouter ignores deletes)."""
+    from streams import bootstrap
     from streams.ops.reconcile import prune_outbox
 
-    with psycopg.connect(Settings().postgres.dsn(), autocommit=True) as conn:
+    with bootstrap.connection(settings_of(ctx)) as conn:
         deleted = prune_outbox(conn, timedelta(days=older_than_days))
     console.print(f"deleted {deleted} outbox row(s) older than {older_than_days} days")
 
 
 def reconcile_command(
+    ctx: typer.Context,
     republish: Annotated[
         bool, typer.Option("--republish", help="Write a new outbox row per missing document.")
     ] = False,
@@ -170,12 +178,17 @@ def reconcile_command(
 ) -> None:
     """Issued invoices/credit notes whose event never reached billing.invoices.v1, and invoices
     never emailed; --republish sends them again (deduplicated downstream by document). Exit 1 if any."""
+    from streams import bootstrap
     from streams.ops.reconcile import reconcile
 
-    settings = Settings()
-    with psycopg.connect(settings.postgres.dsn(), autocommit=True) as conn:
+    settings = settings_of(ctx)
+    with bootstrap.connection(settings) as conn:
         report = reconcile(
-            conn, settings, republish=republish, email_grace=timedelta(minutes=email_grace_minutes)
+            conn,
+            lambda: bootstrap.topic_reader(settings),
+            INVOICES.with_prefix(settings.kafka.topic_prefix).name,
+            republish=republish,
+            email_grace=timedelta(minutes=email_grace_minutes),
         )
     out.print(f"documents: {report.documents}, events on the topic: {report.events_on_topic}")
     out.print(
@@ -196,12 +209,3 @@ def reconcile_command(
         )
     if report.missing_events or report.emails_not_sent:
         raise typer.Exit(1)
-
-
-def register(app: typer.Typer) -> None:
-    """Mount the operator commands on the main ``invoicing`` app."""
-    app.command("status")(status_command)
-    app.command("reconcile")(reconcile_command)
-    app.add_typer(holds_app, name="holds")
-    app.add_typer(fences_app, name="fences")
-    app.add_typer(outbox_app, name="outbox")

@@ -26,7 +26,7 @@ models always give the same bytes.
 
 Regenerate: ``python -m streams.schemas [schemas-folder]`` (default ``./schemas``), or
 ``invoicing schemas export``. Compatibility of a change against an earlier commit:
-``invoicing schemas check-compat`` (:mod:`streams.schema_compat`).
+``invoicing schemas check-compat`` (:mod:`streams.schemas.compat`).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from typing import Any
 import yaml
 from pydantic import TypeAdapter
 
-from streams.domain.events import TOPIC_EVENT_TYPES, CustomerId, Envelope, EventData
+from streams.domain.events import CustomerId, Envelope, EventData, event_models
 from streams.domain.rating.book import price_book_json_schema
 from streams.settings import KafkaSettings
 from streams.topics import (
@@ -169,10 +169,10 @@ _DLQ_HEADERS: dict[str, dict[str, Any]] = {
 }
 
 
-def _cloudevents_headers(topic: str) -> dict[str, dict[str, Any]]:
+def _cloudevents_headers(spec: TopicSpec) -> dict[str, dict[str, Any]]:
     """``ce_*`` and ``content-type`` headers from the :class:`Envelope` model's attributes."""
     envelope = Envelope.model_json_schema(mode="serialization")["properties"]
-    types = [model.event_type for model in TOPIC_EVENT_TYPES.get(topic, ())]
+    types = [model.event_type for model in event_models(spec.event_types)]
     headers: dict[str, dict[str, Any]] = {}
     for attribute in ("specversion", "id", "source", "type", "time", "subject"):
         schema = {k: v for k, v in envelope[attribute].items() if k not in ("title", "default")}
@@ -211,7 +211,7 @@ def _headers_schema(spec: TopicSpec) -> dict[str, Any]:
             f"dlq.* headers added by {refused_by} that refused it."
         )
     else:
-        properties = _cloudevents_headers(topic)
+        properties = _cloudevents_headers(spec)
         required = sorted(properties)
         description = (
             "Record headers, each value UTF-8 text: the CloudEvents 1.0 Kafka protocol "
@@ -295,7 +295,7 @@ def _kafka_key(topic: str) -> dict[str, Any]:
 def _messages(spec: TopicSpec) -> dict[str, dict[str, Any]]:
     topic = spec.name
     messages: dict[str, dict[str, Any]] = {}
-    for model in TOPIC_EVENT_TYPES.get(topic, ()):
+    for model in event_models(spec.event_types):
         messages[message_id(model.event_type)] = {
             "name": model.event_type,
             "title": model.__name__,
@@ -377,7 +377,7 @@ def asyncapi_document() -> dict[str, Any]:
 
     Channels are the topics of :data:`streams.topics.REGISTRY` (bindings: partitions,
     replicas, cleanup policy, retention); messages are one per event type of
-    :data:`TOPIC_EVENT_TYPES` plus the dead letter, with payload, headers and key as
+    each topic's :attr:`~streams.topics.TopicSpec.event_types` plus the dead letter, with payload, headers and key as
     ``$ref`` to the JSON Schema files next to the document.
 
     Raises:
@@ -469,7 +469,7 @@ def render_schemas() -> dict[Path, str]:
         topic = spec.name
         files[Path(topic) / KEY_FILE] = _dump(_key_schema(topic))
         files[Path(topic) / HEADERS_FILE] = _dump(_headers_schema(spec))
-        for model in TOPIC_EVENT_TYPES.get(topic, ()):
+        for model in event_models(spec.event_types):
             files[Path(topic) / f"{model.event_type}.schema.json"] = _dump(
                 _value_schema(topic, model)
             )
@@ -526,7 +526,3 @@ def main(argv: list[str] | None = None) -> int:
     for relative in write_schemas(root):
         print(f"wrote {root / relative}")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

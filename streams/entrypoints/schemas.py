@@ -1,6 +1,6 @@
 """``invoicing schemas``: export the contracts, check them for staleness and compatibility.
 
-Also runnable without the console script: ``python -m streams.schemas_cli check-compat``.
+Also runnable without the console script: ``python -m streams.entrypoints.schemas check-compat``.
 
 Exit codes of ``check-compat``: 0 compatible (or nothing to compare), 1 a breaking
 change (each printed as ``<topic> <message>: field '<path>': <why>``), 2 the base
@@ -16,7 +16,9 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-schemas_app = typer.Typer(
+from streams.entrypoints.common import exit_on
+
+app = typer.Typer(
     help="Topic contracts: JSON Schema + AsyncAPI in schemas/ (generated from the event models).",
     no_args_is_help=True,
 )
@@ -28,10 +30,10 @@ FolderOption = Annotated[
 ]
 
 
-@schemas_app.command("export")
+@app.command("export")
 def export(folder: FolderOption = Path("schemas")) -> None:
     """Write the JSON Schema files and asyncapi.yaml rendered from the models."""
-    from streams.schemas import write_schemas
+    from streams.schemas.render import write_schemas
 
     written = write_schemas(folder)
     for relative in written:
@@ -40,10 +42,10 @@ def export(folder: FolderOption = Path("schemas")) -> None:
         console.print(f"{folder} is up to date")
 
 
-@schemas_app.command("check")
+@app.command("check")
 def check(folder: FolderOption = Path("schemas")) -> None:
     """Exit 1 when the committed files differ from what the models render."""
-    from streams.schemas import stale_schemas
+    from streams.schemas.render import stale_schemas
 
     stale = stale_schemas(folder)
     for relative in stale:
@@ -54,7 +56,7 @@ def check(folder: FolderOption = Path("schemas")) -> None:
     console.print(f"{folder} is up to date")
 
 
-@schemas_app.command("check-compat")
+@app.command("check-compat")
 def check_compat_command(
     base: Annotated[
         str | None,
@@ -77,18 +79,14 @@ def check_compat_command(
     """Refuse schema changes that would break existing consumers of a topic version.
 
     Adding optional fields, event types and topics is accepted; anything else needs
-    a new topic version (<name>.v2). See streams/schema_compat.py for the rules.
+    a new topic version (<name>.v2). See streams/schemas/compat.py for the rules.
     """
-    from streams.schema_compat import BaseUnavailable, CompatError, check_compat
+    from streams.schemas.compat import BaseUnavailable, CompatError, check_compat
 
-    try:
+    with exit_on(
+        (BaseUnavailable, 2, "cannot read the base"), (CompatError, 2, "cannot compare"), to=console
+    ):
         report = check_compat(folder, base, allow_shallow=allow_shallow)
-    except BaseUnavailable as exc:
-        console.print(f"[red]cannot read the base[/]: {exc}")
-        raise typer.Exit(2) from exc
-    except CompatError as exc:
-        console.print(f"[red]cannot compare[/]: {exc}")
-        raise typer.Exit(2) from exc
     if report.base is None:
         console.print("schemas compat: no earlier commit to compare against; nothing to check")
         return
@@ -109,4 +107,4 @@ def check_compat_command(
 
 
 if __name__ == "__main__":
-    schemas_app()
+    app()

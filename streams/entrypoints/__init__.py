@@ -1,0 +1,33 @@
+"""The ``invoicing`` command (typer): every entry point of the product, one module per group.
+
+=================  ====================================================================
+module             commands
+=================  ====================================================================
+``app``            the root app, its callback (loads :class:`~streams.settings.Settings`
+                   once per process into ``ctx.obj``) and ``main()`` (console script)
+``common``         shared by the commands: consoles, the settings of a command, exit
+                   codes from the logic's exceptions, log configuration
+``stack``          ``stack up|down|status|logs|fetch``: the local stack
+``db``             ``db migrate``
+``topics``         ``topics create|list``: the registry's topics
+``connectors``     ``connectors apply|status``: the Debezium outbox connector
+``imports``        ``import focus``: a FOCUS CSV into the account events
+``close``          ``close-period``: a close marker per customer with usage
+``worker``         ``worker invoicing|email``: the stream processors
+``replay``         ``replay``: re-read a period, report or correct the differences
+``ops``            ``status``, ``reconcile``, ``holds``, ``fences``, ``outbox``
+``schemas``        ``schemas export|check|check-compat``: the topic contracts
+``drill``          ``drill``: the double-invoicing incident, naive and safe
+``demo``           ``demo``: the main job on the bundled FOCUS sample
+=================  ====================================================================
+
+A command parses its arguments, takes the settings from the root callback, builds
+what the logic needs through :mod:`streams.bootstrap` (the composition root: only
+entry points import it), calls the logic in its package (``streams.importers``,
+``streams.ops``, ``streams.replay``, ``streams.drill``, ...), prints, and maps the
+logic's exceptions to exit codes (:func:`streams.entrypoints.common.exit_on`).
+Heavy imports happen inside the commands, so ``invoicing --help`` stays fast.
+
+``python -m streams.entrypoints …`` is the same command without the console script
+(the worker processes of the demo, drill and tests are started that way).
+"""

@@ -1,0 +1,64 @@
+"""The root ``invoicing`` app: mounts every command group and loads the settings once.
+
+Commands are grouped by what an operator does (the module map is in
+:mod:`streams.entrypoints`). The root callback builds the one
+:class:`~streams.settings.Settings` of the process from the environment and
+keeps it as the root context's ``obj``; every command takes it from there
+(:func:`streams.entrypoints.common.settings_of`) and passes it down.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from streams.entrypoints import (
+    close,
+    connectors,
+    db,
+    demo,
+    drill,
+    imports,
+    ops,
+    replay,
+    schemas,
+    stack,
+    topics,
+    worker,
+)
+from streams.settings import Settings
+
+app = typer.Typer(
+    help="Invoicing pipeline: usage events in, one invoice and one email out.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+
+
+@app.callback()
+def load_settings(ctx: typer.Context) -> None:
+    """Load the settings once for the whole command (``ctx.obj``)."""
+    ctx.obj = Settings()
+
+
+# Registration order is the order of ``invoicing --help``: commands, then groups.
+app.command("drill")(drill.drill_command)
+app.command("replay")(replay.replay_command)
+app.command("demo")(demo.demo_command)
+app.command("close-period")(close.close_period_command)
+app.command("status")(ops.status_command)
+app.command("reconcile")(ops.reconcile_command)
+app.add_typer(stack.app, name="stack")
+app.add_typer(db.app, name="db")
+app.add_typer(topics.app, name="topics")
+app.add_typer(imports.app, name="import")
+app.add_typer(worker.app, name="worker")
+app.add_typer(connectors.app, name="connectors")
+app.add_typer(schemas.app, name="schemas")
+app.add_typer(ops.holds_app, name="holds")
+app.add_typer(ops.fences_app, name="fences")
+app.add_typer(ops.outbox_app, name="outbox")
+
+
+def main() -> None:
+    """Console-script entry point (``invoicing``)."""
+    app()
