@@ -42,10 +42,11 @@ import psycopg
 from psycopg_pool import ConnectionPool
 
 from streams.adapters.tax import TaxRejected, TaxService, TaxUnavailable
+from streams.billing import rows, store
 from streams.domain.errors import DomainError, InvoiceRuleViolation
 from streams.domain.events import InvoiceIssued, deterministic_id, invoice_id_for
 from streams.domain.invoice import apply_tax, price_invoice
-from streams.invoicing import fencing, store
+from streams.invoicing import fencing
 from streams.invoicing.metrics import HOLDS, JOB_SECONDS
 
 log = logging.getLogger("streams.invoicing.jobs")
@@ -69,7 +70,7 @@ class JobResult:
     """What a job did, for the poll thread: commit the marker's offset unless RETRY,
     FENCED or CANCELLED; FAILED means dead-letter the marker and hold the customer."""
 
-    marker: store.CloseMarker
+    marker: rows.CloseMarker
     token: fencing.FencingToken
     outcome: Outcome
     detail: str = ""
@@ -88,7 +89,7 @@ class JobContext:
 
 
 def run_invoice_job(
-    ctx: JobContext, marker: store.CloseMarker, token: fencing.FencingToken, cancel: threading.Event
+    ctx: JobContext, marker: rows.CloseMarker, token: fencing.FencingToken, cancel: threading.Event
 ) -> JobResult:
     """Build, tax and write the invoice of ``marker`` under ``token``. Never raises:
     every outcome is a :class:`JobResult` (transient errors → RETRY)."""
@@ -126,26 +127,26 @@ def run_invoice_job(
 
 def _record_close(
     ctx: JobContext,
-    marker: store.CloseMarker,
+    marker: rows.CloseMarker,
     token: fencing.FencingToken,
     outcome: str,
     invoice_id: str | None,
 ) -> None:
     with ctx.pool.connection() as conn, conn.transaction():
         fencing.check(conn, token)
-        store.record_close(conn, marker, outcome, invoice_id)
+        store.closes.record_close(conn, marker, outcome, invoice_id)
 
 
 def _run(
-    ctx: JobContext, marker: store.CloseMarker, token: fencing.FencingToken, cancel: threading.Event
+    ctx: JobContext, marker: rows.CloseMarker, token: fencing.FencingToken, cancel: threading.Event
 ) -> JobResult:
     customer_id, period = marker.customer_id, marker.billing_period
     # 1. read
     with ctx.pool.connection() as conn, conn.transaction():
-        existing = store.current_invoice(conn, customer_id, period)
-        holds = [] if existing else store.open_holds(conn, customer_id, period)
-        customer = store.get_customer(conn, customer_id)
-        lines = store.usage_before(
+        existing = store.invoices.current_invoice(conn, customer_id, period)
+        holds = [] if existing else store.holds.open_holds(conn, customer_id, period)
+        customer = store.usage.get_customer(conn, customer_id)
+        lines = store.usage.usage_before(
             conn,
             customer_id,
             period,
@@ -193,7 +194,7 @@ def _run(
     totals = apply_tax(priced, taxed)
     if cancel.is_set():
         return JobResult(marker, token, Outcome.CANCELLED, "cancelled after the tax call")
-    draft = store.InvoiceDraft(
+    draft = rows.InvoiceDraft(
         invoice_id=invoice_id,
         revision=revision,
         customer=customer,
@@ -208,8 +209,10 @@ def _run(
     inserted = False
     with ctx.pool.connection() as conn, conn.transaction():
         fencing.check(conn, token)
-        number = store.invoice_number(period, store.next_number(conn, f"INV-{period}"))
-        inserted = store.insert_invoice(
+        number = store.invoices.invoice_number(
+            period, store.invoices.next_number(conn, f"INV-{period}")
+        )
+        inserted = store.invoices.insert_invoice(
             conn,
             draft,
             number=number,
@@ -221,7 +224,7 @@ def _run(
             # Someone (a previous owner, a redelivery) wrote it: give the number back.
             raise psycopg.Rollback()
         event = invoice_issued(draft, number, issued_at)
-        store.insert_outbox(
+        store.invoices.insert_outbox(
             conn,
             event_id=deterministic_id("outbox", "invoice.issued", invoice_id),
             topic=ctx.invoices_topic,
@@ -231,10 +234,10 @@ def _run(
             time=issued_at,
             document_id=invoice_id,
         )
-        store.record_close(conn, marker, "invoiced", invoice_id)
+        store.closes.record_close(conn, marker, "invoiced", invoice_id)
     if not inserted:
         with ctx.pool.connection() as conn:
-            existing = store.current_invoice(conn, customer_id, period)
+            existing = store.invoices.current_invoice(conn, customer_id, period)
         _record_close(
             ctx, marker, token, "already_invoiced", existing.invoice_id if existing else None
         )
@@ -256,7 +259,7 @@ def _run(
     )
 
 
-def invoice_issued(draft: store.InvoiceDraft, number: str, issued_at: datetime) -> InvoiceIssued:
+def invoice_issued(draft: rows.InvoiceDraft, number: str, issued_at: datetime) -> InvoiceIssued:
     """The ``invoice.issued`` event of a draft (DESIGN §2 "Topics")."""
     totals = draft.totals
     return InvoiceIssued(

@@ -45,11 +45,12 @@ from psycopg_pool import ConnectionPool
 
 from streams.adapters.kafka import Record, group_metadata, record_of
 from streams.adapters.tax import TaxService
+from streams.billing import rows, store
 from streams.domain.codec import decode
 from streams.domain.errors import InvalidEvent
 from streams.domain.events import BillingPeriodClosed, CustomerUpserted, UsageRecorded
 from streams.domain.periods import PERIOD_PATTERN
-from streams.invoicing import fencing, store
+from streams.invoicing import fencing
 from streams.invoicing.commit import commit_offsets, write_fenced
 from streams.invoicing.dlq import DeadLetterError, DeadLetters
 from streams.invoicing.jobs import JobContext, JobResult, Outcome, run_invoice_job
@@ -73,7 +74,7 @@ _PERIOD_RE = re.compile(PERIOD_PATTERN)
 
 @dataclass
 class _Job:
-    marker: store.CloseMarker
+    marker: rows.CloseMarker
     token: fencing.FencingToken
     cancel: threading.Event
     future: Future[JobResult]
@@ -83,10 +84,10 @@ class _Job:
 class _Batch:
     """Effects of a run of records of one partition, written in one transaction."""
 
-    customers: list[tuple[str, CustomerUpserted, store.SourceCoordinates]] = field(
+    customers: list[tuple[str, CustomerUpserted, rows.SourceCoordinates]] = field(
         default_factory=list
     )
-    usage: list[store.UsageRecord] = field(default_factory=list)
+    usage: list[rows.UsageRecord] = field(default_factory=list)
     holds: list[dict[str, Any]] = field(default_factory=list)
     messages: list[Record] = field(default_factory=list)
 
@@ -361,7 +362,7 @@ class InvoicingWorker:
             return
         batch = _Batch()
         for msg in msgs:
-            source = store.SourceCoordinates(msg.topic, msg.partition, msg.offset)
+            source = rows.SourceCoordinates(msg.topic, msg.partition, msg.offset)
             try:
                 envelope = decode(msg.key, msg.value, msg.headers, allowed=ACCOUNT_EVENT_TYPES)
             except InvalidEvent as exc:
@@ -374,11 +375,11 @@ class InvoicingWorker:
             if isinstance(data, CustomerUpserted):
                 batch.customers.append((envelope.id, data, source))
             elif isinstance(data, UsageRecorded):
-                batch.usage.append(store.UsageRecord(envelope.id, data, source))
+                batch.usage.append(rows.UsageRecord(envelope.id, data, source))
             elif isinstance(data, BillingPeriodClosed):
                 if not self._flush(partition, token, batch, next_offset=msg.offset):
                     return
-                marker = store.CloseMarker(
+                marker = rows.CloseMarker(
                     envelope.id,
                     data.customer_id,
                     data.billing_period,
@@ -394,7 +395,7 @@ class InvoicingWorker:
             self._flush(partition, token, batch, next_offset=msgs[-1].offset + 1)
 
     def _dead_letter_invalid(
-        self, batch: _Batch, msg: Record, source: store.SourceCoordinates, reason: str
+        self, batch: _Batch, msg: Record, source: rows.SourceCoordinates, reason: str
     ) -> bool:
         """Dead-letter an undecodable or invalid record and queue a hold for every
         customer it could belong to (:func:`_customers_of`): its key, its
@@ -471,10 +472,10 @@ class InvoicingWorker:
             return True
         first_offset = batch.messages[0].offset
 
-        def work(conn: Any) -> list[store.UsageConflict]:
+        def work(conn: Any) -> list[rows.UsageConflict]:
             for event_id, data, source in batch.customers:
-                store.upsert_customer(conn, event_id, data, source)
-            conflicts = store.insert_usage(conn, batch.usage)
+                store.usage.upsert_customer(conn, event_id, data, source)
+            conflicts = store.usage.insert_usage(conn, batch.usage)
             originals = {m.offset: m for m in batch.messages}
             for conflict in conflicts:
                 record = conflict.record
@@ -520,7 +521,7 @@ class InvoicingWorker:
         return True
 
     def _publish_conflict(
-        self, record: store.UsageRecord, reason: str, original: Record | None
+        self, record: rows.UsageRecord, reason: str, original: Record | None
     ) -> None:
         """Dead-letter a conflicting duplicate as it was read: the original key, value
         and headers (DESIGN §3 invariant 5: "the original record + reason"), with the
@@ -591,7 +592,7 @@ class InvoicingWorker:
     # ------------------------------------------------------------------ invoice jobs
 
     def _start_job(
-        self, partition: int, token: fencing.FencingToken, marker: store.CloseMarker
+        self, partition: int, token: fencing.FencingToken, marker: rows.CloseMarker
     ) -> None:
         self._pause(partition, None)
         cancel = threading.Event()
@@ -678,7 +679,7 @@ class InvoicingWorker:
                     event_id=marker.event_id,
                     source=marker.source,
                 )
-                store.record_close(conn, marker, "held", None)
+                store.closes.record_close(conn, marker, "held", None)
 
             write_fenced(self.pool, result.token, work)
         except fencing.Fenced as exc:
@@ -791,7 +792,7 @@ def record_hold(
     billing_period: str | None,
     reason: str,
     event_id: str | None,
-    source: store.SourceCoordinates,
+    source: rows.SourceCoordinates,
 ) -> None:
     """Hold ``customer_id``'s invoicing (for one period, or all when ``billing_period``
     is None) because the record at ``source`` was dead-lettered. Idempotent per

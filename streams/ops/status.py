@@ -38,8 +38,9 @@ def late_usage_summary(
     conn: psycopg.Connection[Any], period: str | None = None
 ) -> list[dict[str, Any]]:
     """Late usage per (customer, period): lines stored for an invoiced period that its
-    issued revision lacks (:func:`streams.replay.late_usage`); the next replay --apply invoices them."""
-    from streams.replay import late_usage
+    issued revision lacks (:func:`streams.billing.store.usage.late_usage`); the next replay
+    --apply invoices them."""
+    from streams.billing.store.usage import late_usage
 
     groups: dict[tuple[str, str], dict[str, Any]] = {}
     for line in late_usage(conn, period):

@@ -6,7 +6,6 @@ Public API::
     replay_period(period, settings, *, mode: Mode, margin=DEFAULT_MARGIN, pool=None,
                   redis_conn=None, tax=None, progress=True, holder=None, lease_ttl_s=30.0,
                   lease_key_prefix=DEFAULT_KEY_PREFIX, on_step=None) -> ReplayReport
-    late_usage(conn, period=None) -> list[LateUsage]
     lease_name_for(period, settings) -> str      # "<topic prefix>replay:<period>"
 
 Modules: :mod:`~streams.replay.runner` (the run), :mod:`~streams.replay.reader`
@@ -30,12 +29,10 @@ from streams.replay.runner import (
     lease_name_for,
     replay_period,
 )
-from streams.replay.store import LateUsage, late_usage
 
 __all__ = [
     "DEFAULT_MARGIN",
     "CustomerOutcome",
-    "LateUsage",
     "Mode",
     "ReplayAborted",
     "ReplayError",
@@ -43,7 +40,6 @@ __all__ = [
     "ReplayStateError",
     "ReplayUnavailable",
     "StepHook",
-    "late_usage",
     "lease_name_for",
     "replay_period",
 ]

@@ -88,6 +88,7 @@ from streams.adapters.lease import (
     fence_floor,
 )
 from streams.adapters.tax import TaxRejected, TaxService, TaxUnavailable
+from streams.billing import rows, store
 from streams.domain.codec import decode
 from streams.domain.errors import DomainError, InvalidEvent
 from streams.domain.events import (
@@ -106,7 +107,6 @@ from streams.domain.invoice import (
     price_invoice,
 )
 from streams.domain.periods import BillingPeriod
-from streams.invoicing import store
 from streams.invoicing.jobs import invoice_issued
 from streams.replay import store as rstore
 from streams.replay.diff import CustomerDiff, IssuedInvoice, compare, lines_differ
@@ -373,7 +373,7 @@ class _Context:
     held: set[str] = field(default_factory=set)
     closed: set[str] = field(default_factory=set)
     stored_ids: set[str] = field(default_factory=set)
-    db_customers: dict[str, store.Customer] = field(default_factory=dict)
+    db_customers: dict[str, rows.Customer] = field(default_factory=dict)
     #: partition → the invoicing group's committed offset (the next record it will handle)
     worker_next: dict[int, int] = field(default_factory=dict)
 
@@ -738,11 +738,11 @@ def _load_state(ctx: _Context) -> None:
     ctx.usage = ctx.rebuild.usage_by_customer()
     with ctx.pool.connection() as conn, conn.transaction():
         ctx.issued = rstore.issued_invoices(conn, ctx.period, ctx.topic)
-        ctx.revisions = rstore.revisions(conn, ctx.period, ctx.topic)
-        ctx.held = rstore.held_customers(conn, ctx.period)
-        ctx.closed = rstore.closed_customers(conn, ctx.period, ctx.topic)
-        ctx.stored_ids = rstore.stored_usage_ids(conn, ctx.period, ctx.topic)
-        ctx.db_customers = rstore.customers(conn, sorted(set(ctx.usage) | set(ctx.issued)))
+        ctx.revisions = store.invoices.revisions(conn, ctx.period, ctx.topic)
+        ctx.held = store.holds.held_customers(conn, ctx.period)
+        ctx.closed = store.closes.closed_customers(conn, ctx.period, ctx.topic)
+        ctx.stored_ids = store.usage.stored_usage_ids(conn, ctx.period, ctx.topic)
+        ctx.db_customers = store.usage.customers(conn, sorted(set(ctx.usage) | set(ctx.issued)))
     ctx.worker_next = worker_positions(ctx.settings, ctx.topic, sorted(ctx.window.end))
 
 
@@ -763,14 +763,12 @@ def worker_positions(settings: Settings, topic: str, partitions: list[int]) -> d
     return {tp.partition: int(tp.offset) for tp in found if tp.error is None and tp.offset >= 0}
 
 
-def _identity(ctx: _Context, customer_id: str) -> store.Customer | None:
+def _identity(ctx: _Context, customer_id: str) -> rows.Customer | None:
     """Who the invoice is for: the latest ``customer.upserted`` in the window (so a resumed
     run sees the same), else the stored customer row."""
     upserted = ctx.rebuild.customer(customer_id)
     if upserted is not None:
-        return store.Customer(
-            upserted.customer_id, upserted.name, upserted.email, upserted.currency
-        )
+        return rows.Customer(upserted.customer_id, upserted.name, upserted.email, upserted.currency)
     return ctx.db_customers.get(customer_id)
 
 
@@ -786,8 +784,10 @@ def _customer(ctx: _Context, customer_id: str) -> CustomerOutcome:
             )  # fmt: skip
             with ctx.pool.connection() as conn, conn.transaction():
                 fresh = rstore.issued_invoices(conn, ctx.period, ctx.topic, customer_id)
-                ctx.revisions[customer_id] = rstore.max_revision(conn, customer_id, ctx.period)
-                if rstore.has_open_hold(conn, customer_id, ctx.period):
+                ctx.revisions[customer_id] = store.invoices.max_revision(
+                    conn, customer_id, ctx.period
+                )
+                if store.holds.has_open_hold(conn, customer_id, ctx.period):
                     ctx.held.add(customer_id)
             ctx.issued.pop(customer_id, None)
             ctx.issued.update(fresh)
@@ -985,7 +985,7 @@ class _NoCustomer(DomainError):
 
 def _write(
     ctx: _Context,
-    identity: store.Customer,
+    identity: rows.Customer,
     issued: IssuedInvoice | None,
     revision: int,
     new_id: str,
@@ -1006,15 +1006,15 @@ def _write(
         if lines
         else (issued.source_partition if issued is not None else 0)
     )
-    marker = store.CloseMarker(
+    marker = rows.CloseMarker(
         event_id=f"replay:{ctx.run_id}",
         customer_id=customer_id,
         billing_period=period,
         reason="replay",
-        source=store.SourceCoordinates(ctx.topic, partition, ctx.window.end.get(partition, 0)),
+        source=rows.SourceCoordinates(ctx.topic, partition, ctx.window.end.get(partition, 0)),
         lease_fencing_token=ctx.lease.fencing_token,
     )
-    draft = store.InvoiceDraft(
+    draft = rows.InvoiceDraft(
         invoice_id=new_id,
         revision=revision,
         customer=identity,
@@ -1031,38 +1031,44 @@ def _write(
     credit_number: str | None = None
     with ctx.pool.connection() as conn, conn.transaction():
         ctx.lease.check_fence(conn)
-        if rstore.has_open_hold(conn, customer_id, period):
+        if store.holds.has_open_hold(conn, customer_id, period):
             raise _Changed("a hold was recorded meanwhile")
-        locked = rstore.lock_issued(conn, customer_id, period)
+        locked = store.invoices.lock_issued(conn, customer_id, period)
         if issued is None:
-            if locked is not None or rstore.max_revision(conn, customer_id, period) != 0:
+            if locked is not None or store.invoices.max_revision(conn, customer_id, period) != 0:
                 raise _Changed("an invoice was issued meanwhile")
         else:
             if locked is None or locked.invoice_id != issued.invoice_id:
                 raise _Changed("the issued revision changed meanwhile")
             credit_id = deterministic_id("credit_note", issued.invoice_id)
-            credit_number = rstore.credit_note_number(
-                period, store.next_number(conn, f"CN-{period}")
+            credit_number = store.invoices.credit_note_number(
+                period, store.invoices.next_number(conn, f"CN-{period}")
             )
-            if not rstore.insert_credit_note(
+            if not store.invoices.insert_credit_note(
                 conn,
-                credit_note_id=credit_id,
+                rows.CreditNoteDraft(
+                    credit_note_id=credit_id,
+                    invoice_id=issued.invoice_id,
+                    invoice_number=issued.invoice_number,
+                    revision=issued.revision,
+                    customer=identity,
+                    billing_period=period,
+                    currency=issued.currency,
+                    subtotal=issued.subtotal,
+                    tax_total=issued.tax_total,
+                    total=issued.total,
+                    reason=reason,
+                ),
                 number=credit_number,
-                invoice_id=issued.invoice_id,
-                customer_id=customer_id,
-                billing_period=period,
-                currency=issued.currency,
-                subtotal=issued.subtotal,
-                tax_total=issued.tax_total,
-                total=issued.total,
-                reason=reason,
                 issued_at=issued_at,
             ):
                 raise _Changed("the issued revision was credited meanwhile")
-            if not rstore.supersede(conn, issued.invoice_id):
+            if not store.invoices.supersede(conn, issued.invoice_id):
                 raise _Changed("the issued revision was superseded meanwhile")
-        number = store.invoice_number(period, store.next_number(conn, f"INV-{period}"))
-        if not store.insert_invoice(
+        number = store.invoices.invoice_number(
+            period, store.invoices.next_number(conn, f"INV-{period}")
+        )
+        if not store.invoices.insert_invoice(
             conn,
             draft,
             number=number,
@@ -1089,7 +1095,7 @@ def _write(
                 reason=reason[:500],
                 issued_at=issued_at,
             )
-            store.insert_outbox(
+            store.invoices.insert_outbox(
                 conn,
                 event_id=deterministic_id("outbox", "credit_note.issued", credit_id),
                 topic=ctx.invoices_topic,
@@ -1099,7 +1105,7 @@ def _write(
                 time=issued_at,
                 document_id=credit_id,
             )
-        store.insert_outbox(
+        store.invoices.insert_outbox(
             conn,
             event_id=deterministic_id("outbox", "invoice.issued", new_id),
             topic=ctx.invoices_topic,
@@ -1158,8 +1164,8 @@ def _restore_lost_usage(ctx: _Context, conn: psycopg.Connection[Any], diff: Cust
             continue
         data, at = found
         records.append(
-            store.UsageRecord(
-                ref.event_id, data, store.SourceCoordinates(at.topic, at.partition, at.offset)
+            rows.UsageRecord(
+                ref.event_id, data, rows.SourceCoordinates(at.topic, at.partition, at.offset)
             )
         )
-    store.insert_usage(conn, records)
+    store.usage.insert_usage(conn, records)

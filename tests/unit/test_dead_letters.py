@@ -20,7 +20,7 @@ from prometheus_client import REGISTRY
 
 from streams.adapters.kafka import Record
 from streams.adapters.tax import InMemoryTaxService
-from streams.invoicing import store
+from streams.billing import rows
 from streams.invoicing.dlq import TRUNCATED_VALUE_BYTES, DeadLetterError, DeadLetters
 from streams.invoicing.worker import InvoicingWorker, _Batch
 from streams.settings import Settings
@@ -177,7 +177,7 @@ def bad_record(
 
 def dead_letter(worker: InvoicingWorker, msg: Record) -> tuple[bool, _Batch]:
     batch = _Batch()
-    source = store.SourceCoordinates(msg.topic, msg.partition, msg.offset)
+    source = rows.SourceCoordinates(msg.topic, msg.partition, msg.offset)
     ok = worker._dead_letter_invalid(batch, msg, source, "value is not JSON")
     return ok, batch
 
