@@ -3,7 +3,7 @@
 Order, and why:
 
 1. the records' effects are written in **one database transaction** whose first
-   statement is the fence check (:func:`streams.invoicing.fencing.check`), and it
+   statement is the fence check (:func:`streams.billing.fencing.check`), and it
    commits;
 2. only then are the Kafka offsets (the next offset to read, per partition)
    committed, **synchronously**.
@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from psycopg_pool import ConnectionPool
 
-from streams.invoicing import fencing
+from streams.billing import fencing
 from streams.invoicing.metrics import OFFSET_COMMIT_FAILURES
 
 log = logging.getLogger("streams.invoicing.commit")

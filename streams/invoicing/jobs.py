@@ -42,11 +42,10 @@ import psycopg
 from psycopg_pool import ConnectionPool
 
 from streams.adapters.tax import TaxRejected, TaxService, TaxUnavailable
-from streams.billing import rows, store
+from streams.billing import fencing, rows, store
 from streams.domain.errors import DomainError, InvoiceRuleViolation
 from streams.domain.events import InvoiceIssued, deterministic_id, invoice_id_for
 from streams.domain.invoice import apply_tax, price_invoice
-from streams.invoicing import fencing
 from streams.invoicing.metrics import HOLDS, JOB_SECONDS
 
 log = logging.getLogger("streams.invoicing.jobs")

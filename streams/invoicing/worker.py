@@ -45,12 +45,11 @@ from psycopg_pool import ConnectionPool
 
 from streams.adapters.kafka import Record, group_metadata, record_of
 from streams.adapters.tax import TaxService
-from streams.billing import rows, store
+from streams.billing import fencing, rows, store
 from streams.domain.codec import decode
 from streams.domain.errors import InvalidEvent
 from streams.domain.events import BillingPeriodClosed, CustomerUpserted, UsageRecorded
 from streams.domain.periods import PERIOD_PATTERN
-from streams.invoicing import fencing
 from streams.invoicing.commit import commit_offsets, write_fenced
 from streams.invoicing.dlq import DeadLetterError, DeadLetters
 from streams.invoicing.jobs import JobContext, JobResult, Outcome, run_invoice_job

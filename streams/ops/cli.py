@@ -138,7 +138,7 @@ def fences_reset(
     """Delete a group's fence rows: after the group was deleted or its offsets expired
     (its generation restarted from the bottom and every claim is refused). Stop every
     member first; the next members claim afresh."""
-    from streams.invoicing.fencing import reset_group
+    from streams.billing.fencing import reset_group
 
     if not yes:
         console.print("refusing without --yes: stop every member of the group first")

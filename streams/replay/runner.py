@@ -85,10 +85,9 @@ from streams.adapters.lease import (
     LeaseFenced,
     LeaseLost,
     LeaseStoreError,
-    fence_floor,
 )
 from streams.adapters.tax import TaxRejected, TaxService, TaxUnavailable
-from streams.billing import rows, store
+from streams.billing import fencing, rows, store
 from streams.domain.codec import decode
 from streams.domain.errors import DomainError, InvalidEvent
 from streams.domain.events import (
@@ -461,7 +460,7 @@ def replay_period(
             owned.callback(http_tax.close)
             tax = http_tax
         with pool.connection() as conn:
-            floor = fence_floor(conn, name)
+            floor = fencing.lease_fence_floor(conn, name)
         lease = Lease.acquire(
             redis_conn, name, ttl_s=lease_ttl_s, holder=holder, floor=floor,
             key_prefix=lease_key_prefix,
@@ -504,7 +503,7 @@ def _start(
     id a dry run saw).
     """
     with pool.connection() as conn, conn.transaction():
-        lease.check_fence(conn)
+        fencing.LeaseFence.of(lease).check(conn)
         open_run = rstore.open_apply_run(conn, period)
         if open_run is not None and mode is Mode.APPLY:
             if open_run.topic != topic:
@@ -536,7 +535,7 @@ def _start(
         since = BillingPeriod.parse(period).start - margin
         window = plan_window(consumer, topic, since)
         with pool.connection() as conn, conn.transaction():
-            lease.check_fence(conn)
+            fencing.LeaseFence.of(lease).check(conn)
             try:
                 rstore.insert_run(
                     conn,
@@ -672,7 +671,7 @@ def _run(
     report.status = "completed" if report.complete or mode is Mode.DRY_RUN else "running"
     left = [o.customer_id for o in report.failed if o.transient]
     with pool.connection() as conn, conn.transaction():
-        lease.check_fence(conn)
+        fencing.LeaseFence.of(lease).check(conn)
         rstore.finish_run(
             conn,
             row.run_id,
@@ -693,7 +692,7 @@ def _leave(ctx: _Context, report: ReplayReport, error: str, started: float) -> N
     report.status = "running" if ctx.apply else "failed"
     try:
         with ctx.pool.connection() as conn, conn.transaction():
-            ctx.lease.check_fence(conn)
+            fencing.LeaseFence.of(ctx.lease).check(conn)
             rstore.finish_run(
                 conn,
                 ctx.run_id,
@@ -837,7 +836,7 @@ def _record(ctx: _Context, outcome: CustomerOutcome) -> None:
     if not ctx.apply:
         return
     with ctx.pool.connection() as conn, conn.transaction():
-        ctx.lease.check_fence(conn)
+        fencing.LeaseFence.of(ctx.lease).check(conn)
         rstore.record_result(
             conn,
             ctx.run_id,
@@ -1030,7 +1029,7 @@ def _write(
     credit_id: str | None = None
     credit_number: str | None = None
     with ctx.pool.connection() as conn, conn.transaction():
-        ctx.lease.check_fence(conn)
+        fencing.LeaseFence.of(ctx.lease).check(conn)
         if store.holds.has_open_hold(conn, customer_id, period):
             raise _Changed("a hold was recorded meanwhile")
         locked = store.invoices.lock_issued(conn, customer_id, period)

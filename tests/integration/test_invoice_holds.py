@@ -25,9 +25,8 @@ from psycopg_pool import ConnectionPool
 
 from streams.adapters import migrate
 from streams.adapters.tax import InMemoryTaxService
-from streams.billing import rows, store
+from streams.billing import fencing, rows, store
 from streams.domain.events import CustomerUpserted, UsageRecorded
-from streams.invoicing import fencing
 from streams.invoicing.jobs import JobContext, Outcome, run_invoice_job
 from streams.invoicing.worker import record_hold
 from streams.sandbox import _drop_database
