@@ -23,6 +23,7 @@ from streams.domain.invoice import InvoiceTotals, TaxedLine, UsageLine
 
 __all__ = [
     "CloseMarker",
+    "ClosePoint",
     "CreditNoteDraft",
     "Customer",
     "Hold",
@@ -150,11 +151,22 @@ class CloseMarker:
 
 
 @dataclass(frozen=True)
+class ClosePoint:
+    """What a revision that no close marker triggered is built up to: a replay's
+    correction records ``replay:<run id>`` and the end of the re-read window on
+    the customer's partition (``invoices.close_event_id`` / ``source_*`` / ``close_offset``)."""
+
+    event_id: str
+    source: SourceCoordinates
+
+
+@dataclass(frozen=True)
 class InvoiceDraft:
     """Everything an invoice revision states, computed outside any transaction.
 
-    ``marker`` is the close marker the invoice was built up to (its topic,
-    partition and offset go to ``invoices.source_*``/``close_offset``).
+    ``marker`` is what the invoice was built up to: the worker's close marker, or
+    a replay's :class:`ClosePoint` (its ``event_id`` goes to ``invoices.close_event_id``,
+    its topic, partition and offset to ``invoices.source_*``/``close_offset``).
     """
 
     invoice_id: str
@@ -164,7 +176,7 @@ class InvoiceDraft:
     totals: InvoiceTotals
     lines: tuple[UsageLine, ...]
     taxed: tuple[TaxedLine, ...]
-    marker: CloseMarker
+    marker: CloseMarker | ClosePoint
     supersedes_invoice_id: str | None = None
 
 

@@ -16,7 +16,7 @@ drop events without an error. So:
 
 A republish needs the original payload: within retention it is copied from the
 outbox; after pruning, an invoice's event is rebuilt from its stored rows
-(:func:`streams.invoicing.jobs.invoice_issued` over the invoice and its lines).
+(:func:`streams.billing.issuance.invoice_issued` over the invoice and its lines).
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from confluent_kafka import Consumer, TopicPartition
 
 from streams.adapters.kafka import record_of
 from streams.billing import rows, store
+from streams.billing.issuance import invoice_issued
 from streams.domain.invoice import TaxedLine, UsageLine, compute_invoice
-from streams.invoicing.jobs import invoice_issued
 from streams.settings import Settings
 
 #: CloudEvents ``source`` of republished events.

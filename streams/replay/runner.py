@@ -66,7 +66,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from enum import StrEnum
 from typing import Any
 
@@ -88,11 +88,11 @@ from streams.adapters.lease import (
 )
 from streams.adapters.tax import TaxRejected, TaxService, TaxUnavailable
 from streams.billing import fencing, rows, store
+from streams.billing.issuance import Issued, NotIssued, issue, tax_idempotency_key
 from streams.domain.codec import decode
 from streams.domain.errors import DomainError, InvalidEvent
 from streams.domain.events import (
     BillingPeriodClosed,
-    CreditNoteIssued,
     CustomerUpserted,
     UsageRecorded,
     deterministic_id,
@@ -106,7 +106,6 @@ from streams.domain.invoice import (
     price_invoice,
 )
 from streams.domain.periods import BillingPeriod
-from streams.invoicing.jobs import invoice_issued
 from streams.replay import store as rstore
 from streams.replay.diff import CustomerDiff, IssuedInvoice, compare, lines_differ
 from streams.replay.errors import ReplayAborted, ReplayStateError, ReplayUnavailable
@@ -873,7 +872,7 @@ def _tax(
     """
     priced = price_invoice(lines, currency=currency)
     taxed = ctx.tax.calculate(
-        idempotency_key=f"{invoice_id}:r{revision}",
+        idempotency_key=tax_idempotency_key(invoice_id, revision),
         customer_id=customer_id,
         currency=currency,
         lines=[line.tax_line() for line in priced.lines],
@@ -1005,14 +1004,6 @@ def _write(
         if lines
         else (issued.source_partition if issued is not None else 0)
     )
-    marker = rows.CloseMarker(
-        event_id=f"replay:{ctx.run_id}",
-        customer_id=customer_id,
-        billing_period=period,
-        reason="replay",
-        source=rows.SourceCoordinates(ctx.topic, partition, ctx.window.end.get(partition, 0)),
-        lease_fencing_token=ctx.lease.fencing_token,
-    )
     draft = rows.InvoiceDraft(
         invoice_id=new_id,
         revision=revision,
@@ -1021,101 +1012,44 @@ def _write(
         totals=totals,
         lines=tuple(lines),
         taxed=tuple(taxed),
-        marker=marker,
+        marker=rows.ClosePoint(
+            f"replay:{ctx.run_id}",
+            rows.SourceCoordinates(ctx.topic, partition, ctx.window.end.get(partition, 0)),
+        ),
         supersedes_invoice_id=issued.invoice_id if issued is not None else None,
     )
-    issued_at = datetime.now(UTC)
     reason = f"replay {ctx.run_id}: {diff.reason()}"
-    credit_id: str | None = None
-    credit_number: str | None = None
-    with ctx.pool.connection() as conn, conn.transaction():
-        fencing.LeaseFence.of(ctx.lease).check(conn)
+    credit = (
+        rows.CreditNoteDraft(
+            credit_note_id=deterministic_id("credit_note", issued.invoice_id),
+            invoice_id=issued.invoice_id,
+            invoice_number=issued.invoice_number,
+            revision=issued.revision,
+            customer=identity,
+            billing_period=period,
+            currency=issued.currency,
+            subtotal=issued.subtotal,
+            tax_total=issued.tax_total,
+            total=issued.total,
+            reason=reason,
+        )
+        if issued is not None
+        else None
+    )
+
+    def still_as_compared(conn: psycopg.Connection[Any]) -> None:
+        """Under the lock of the issued revision: it is still the one compared."""
         if store.holds.has_open_hold(conn, customer_id, period):
             raise _Changed("a hold was recorded meanwhile")
         locked = store.invoices.lock_issued(conn, customer_id, period)
         if issued is None:
             if locked is not None or store.invoices.max_revision(conn, customer_id, period) != 0:
                 raise _Changed("an invoice was issued meanwhile")
-        else:
-            if locked is None or locked.invoice_id != issued.invoice_id:
-                raise _Changed("the issued revision changed meanwhile")
-            credit_id = deterministic_id("credit_note", issued.invoice_id)
-            credit_number = store.invoices.credit_note_number(
-                period, store.invoices.next_number(conn, f"CN-{period}")
-            )
-            if not store.invoices.insert_credit_note(
-                conn,
-                rows.CreditNoteDraft(
-                    credit_note_id=credit_id,
-                    invoice_id=issued.invoice_id,
-                    invoice_number=issued.invoice_number,
-                    revision=issued.revision,
-                    customer=identity,
-                    billing_period=period,
-                    currency=issued.currency,
-                    subtotal=issued.subtotal,
-                    tax_total=issued.tax_total,
-                    total=issued.total,
-                    reason=reason,
-                ),
-                number=credit_number,
-                issued_at=issued_at,
-            ):
-                raise _Changed("the issued revision was credited meanwhile")
-            if not store.invoices.supersede(conn, issued.invoice_id):
-                raise _Changed("the issued revision was superseded meanwhile")
-        number = store.invoices.invoice_number(
-            period, store.invoices.next_number(conn, f"INV-{period}")
-        )
-        if not store.invoices.insert_invoice(
-            conn,
-            draft,
-            number=number,
-            fence=None,
-            lease_fencing_token=ctx.lease.fencing_token,
-            issued_at=issued_at,
-        ):
-            raise _Changed(f"revision {revision} was written meanwhile")
-        if issued is not None and credit_id is not None and credit_number is not None:
-            note = CreditNoteIssued(
-                credit_note_id=credit_id,
-                credit_note_number=credit_number,
-                invoice_id=issued.invoice_id,
-                invoice_number=issued.invoice_number,
-                revision=issued.revision,
-                customer_id=customer_id,
-                customer_name=identity.name,
-                email=identity.email,
-                billing_period=period,
-                currency=issued.currency,
-                subtotal=issued.subtotal,
-                tax_total=issued.tax_total,
-                total=issued.total,
-                reason=reason[:500],
-                issued_at=issued_at,
-            )
-            store.invoices.insert_outbox(
-                conn,
-                event_id=deterministic_id("outbox", "credit_note.issued", credit_id),
-                topic=ctx.invoices_topic,
-                customer_id=customer_id,
-                event=note,
-                source=SOURCE,
-                time=issued_at,
-                document_id=credit_id,
-            )
-        store.invoices.insert_outbox(
-            conn,
-            event_id=deterministic_id("outbox", "invoice.issued", new_id),
-            topic=ctx.invoices_topic,
-            customer_id=customer_id,
-            event=invoice_issued(draft, number, issued_at),
-            source=SOURCE,
-            time=issued_at,
-            document_id=new_id,
-        )
-        _restore_lost_usage(ctx, conn, diff)
-        outcome = CustomerOutcome(
+        elif locked is None or locked.invoice_id != issued.invoice_id:
+            raise _Changed("the issued revision changed meanwhile")
+
+    def outcome_of(done: Issued) -> CustomerOutcome:
+        return CustomerOutcome(
             customer_id,
             "corrected" if issued is not None else "invoiced",
             diff.reason(),
@@ -1123,11 +1057,15 @@ def _write(
             difference=diff.to_json(),
             old_invoice_id=issued.invoice_id if issued is not None else None,
             new_invoice_id=new_id,
-            new_invoice_number=number,
+            new_invoice_number=done.invoice_number,
             revision=revision,
-            credit_note_id=credit_id,
-            credit_note_number=credit_number,
+            credit_note_id=done.credit_note_id,
+            credit_note_number=done.credit_note_number,
         )
+
+    def record(conn: psycopg.Connection[Any], done: Issued) -> None:
+        _restore_lost_usage(ctx, conn, diff)
+        outcome = outcome_of(done)
         rstore.record_result(
             conn,
             ctx.run_id,
@@ -1136,17 +1074,32 @@ def _write(
             detail=outcome.to_json(),
             old_invoice_id=outcome.old_invoice_id,
             new_invoice_id=new_id,
-            credit_note_id=credit_id,
+            credit_note_id=done.credit_note_id,
         )
+
+    done = issue(
+        ctx.pool,
+        fencing.LeaseFence.of(ctx.lease),
+        draft,
+        invoices_topic=ctx.invoices_topic,
+        source=SOURCE,
+        lease_fencing_token=ctx.lease.fencing_token,
+        credit=credit,
+        before=still_as_compared,
+        after=record,
+    )
+    if isinstance(done, NotIssued):
+        raise _Changed(done.reason)
+    outcome = outcome_of(done)
     logger.info(
         "replay %s: %s %s revision %d %s (%s)%s",
         period,
         outcome.outcome,
         customer_id,
         revision,
-        number,
+        done.invoice_number,
         diff.reason(),
-        f", credit note {credit_number}" if credit_number else "",
+        f", credit note {done.credit_note_number}" if done.credit_note_number else "",
     )
     return outcome
 
