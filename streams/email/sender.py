@@ -39,8 +39,9 @@ Failures:
   ``smtp_rejected: …`` / ``render_failed: …``, an ERROR log line, a metric; the
   offset is committed. No new status is needed, so the schema is unchanged.
 
-Commit order: :meth:`EmailSender.handle` — the row is final in PostgreSQL, then
-the offset is committed to Kafka synchronously.
+Commit order: :meth:`EmailSender.handle`, through the kernel's commit point
+(:class:`streams.billing.commit.CommitPoint`) — the row is final in PostgreSQL,
+then the offset is committed to Kafka synchronously.
 
 Metrics (prometheus_client, default registry), all counters:
 ``invoicing_email_sent_total{document_type}``,
@@ -78,6 +79,7 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
+from streams.billing.commit import CommitPoint
 from streams.domain.codec import decode
 from streams.domain.errors import InvalidEvent
 from streams.domain.events import CreditNoteIssued, InvoiceIssued, InvoiceVoided
@@ -239,6 +241,14 @@ class EmailSender:
         self._settings = settings
         self._store = DeliveryStore(pool, lock_timeout_s=settings.smtp.timeout_s)
         self._consumer = consumer
+        self._commit_point = (
+            CommitPoint(
+                consumer,
+                consequence="row already final: the next owner absorbs the redelivery",
+            )
+            if consumer is not None
+            else None
+        )
         self._transport: MailTransport = transport or SmtpTransport(settings.smtp)
         self._stop = stop or threading.Event()
         self._domain = domain
@@ -457,7 +467,8 @@ class EmailSender:
     def handle(self, msg: Message) -> ProcessResult:
         """Process one record, then commit its offset: the one place that owns the order.
 
-        Order (CONVENTIONS §4 "One commit point", DESIGN "Email"):
+        Order (CONVENTIONS §4 "One commit point", DESIGN "Email"; the commit goes
+        through :class:`streams.billing.commit.CommitPoint`):
 
         1. :meth:`process` — the ``email_deliveries`` row is claimed in a committed
            transaction *before* the SMTP send, and marked ``'sent'``/``'skipped'``
@@ -470,35 +481,21 @@ class EmailSender:
         the redelivery is a duplicate no-op (or, if the crash came between send and
         mark, a resend with the same ``Message-ID``). A transient failure in 1
         raises before 2, so the offset never moves past an unsent email. A failed
-        offset commit (the partition was revoked meanwhile) is logged, not raised:
-        the row is final, so the new owner's redelivery is a no-op.
+        offset commit (the partition was revoked meanwhile) is logged and counted
+        (``invoicing_offset_commit_failures_total``), not raised: the row is final,
+        so the new owner's redelivery is a no-op.
 
         Raises:
             TransientEmailError: from :meth:`process`; nothing committed.
             RuntimeError: no consumer was given to this sender.
         """
-        consumer = self._consumer
-        if consumer is None:
+        if self._commit_point is None:
             raise RuntimeError("EmailSender.handle needs the consumer whose offsets it commits")
-        result = self.process(msg)
-        self._commit(consumer, msg)
-        return result
-
-    @staticmethod
-    def _commit(consumer: Consumer, msg: Message) -> None:
         topic, partition, offset = _coords(msg)
-        tp = TopicPartition(topic, partition, offset + 1)
-        try:
-            consumer.commit(offsets=[tp], asynchronous=False)
-        except KafkaException as exc:
-            logger.warning(
-                "offset commit of %s/%d@%d failed (row already final; the next owner "
-                "absorbs the redelivery): %s",
-                tp.topic,
-                tp.partition,
-                tp.offset,
-                exc,
-            )
+        result, _committed = self._commit_point.write_then_commit(
+            lambda: self.process(msg), [TopicPartition(topic, partition, offset + 1)]
+        )
+        return result
 
     # ------------------------------------------------------------------ loop
 

@@ -41,7 +41,7 @@ from datetime import UTC, datetime
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
-from streams.invoicing.metrics import DEAD_LETTERED, DEAD_LETTERS_TRUNCATED
+from streams.billing.metrics import DEAD_LETTERED, DEAD_LETTERS_TRUNCATED
 
 #: Bytes of the original value kept in a truncated dead-letter record.
 TRUNCATED_VALUE_BYTES = 4096

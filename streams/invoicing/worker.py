@@ -4,7 +4,7 @@ Per partition, records are handled in offset order:
 
 - ``customer.upserted`` and ``usage.recorded`` are stored in batches (one fenced
   transaction per partition per poll, then the offset commit — the commit point
-  of :mod:`streams.invoicing.commit`); usage is deduplicated by event id, and
+  of :mod:`streams.billing.commit`); usage is deduplicated by event id, and
   the same id with a different payload is dead-lettered as a conflict, never
   overwritten;
 - a ``billing_period.closed`` marker first flushes what precedes it, then
@@ -46,16 +46,15 @@ from psycopg_pool import ConnectionPool
 from streams.adapters.kafka import Record, group_metadata, record_of
 from streams.adapters.tax import TaxService
 from streams.billing import fencing, rows, store
+from streams.billing.commit import CommitPoint, write_fenced
+from streams.billing.metrics import CLAIMS_REFUSED, FENCING_REFUSALS
 from streams.domain.codec import decode
 from streams.domain.errors import InvalidEvent
 from streams.domain.events import BillingPeriodClosed, CustomerUpserted, UsageRecorded
 from streams.domain.periods import PERIOD_PATTERN
-from streams.invoicing.commit import commit_offsets, write_fenced
 from streams.invoicing.dlq import DeadLetterError, DeadLetters
 from streams.invoicing.jobs import JobContext, JobResult, Outcome, run_invoice_job
 from streams.invoicing.metrics import (
-    CLAIMS_REFUSED,
-    FENCING_REFUSALS,
     HOLDS,
     INVOICES,
     JOBS_IN_FLIGHT,
@@ -123,6 +122,7 @@ class InvoicingWorker:
         self.pool = pool
         self.consumer = consumer or bootstrap.consumer(settings, self.group_id)
         self.producer = producer or bootstrap.producer(settings)
+        self.commit_point = CommitPoint(self.consumer)
         self.dead_letters = DeadLetters(
             self.producer, prefix + "billing.account-events.dlq.v1", self.group_id
         )
@@ -327,7 +327,7 @@ class InvoicingWorker:
         REBALANCE_IN_PROGRESS during a cooperative rebalance) is retried each poll:
         otherwise, with no later record on the partition, its committed offset would
         stay behind for good (lag never 0) until the partition moved."""
-        if commit_offsets(self.consumer, [TopicPartition(self.topic, partition, next_offset)]):
+        if self.commit_point.commit([TopicPartition(self.topic, partition, next_offset)]):
             if self.uncommitted.get(partition, -1) <= next_offset:
                 self.uncommitted.pop(partition, None)
         else:
