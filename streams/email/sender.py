@@ -8,7 +8,7 @@ Per record (:meth:`EmailSender.process`):
    (``allowed=(InvoiceIssued, CreditNoteIssued, InvoiceVoided)``);
    an **undecodable record** is dead-lettered as it was read to
    ``billing.invoices.dlq.v1`` with ``dlq.reason`` and its source coordinates
-   (:class:`streams.invoicing.dlq.DeadLetters`; invariant 5 of DESIGN §3), logged
+   (:class:`streams.billing.dead_letters.DeadLetters`; invariant 5 of DESIGN §3), logged
    at ERROR and counted (``invoicing_email_invalid_records_total``); then its
    offset is committed. If the dead letter cannot be delivered, the record is
    retried like a transient failure (never skipped unrecorded). The topic is
@@ -80,6 +80,7 @@ from tenacity import (
 )
 
 from streams.billing.commit import CommitPoint
+from streams.billing.dead_letters import DeadLetterError, DeadLetters
 from streams.domain.codec import decode
 from streams.domain.errors import InvalidEvent
 from streams.domain.events import CreditNoteIssued, InvoiceIssued, InvoiceVoided
@@ -102,7 +103,6 @@ from streams.email.store import (
     NewDelivery,
 )
 from streams.email.transport import MailTransport, SmtpTransport
-from streams.invoicing.dlq import DeadLetterError, DeadLetters
 from streams.settings import Settings
 from streams.topics import INVOICES, INVOICES_DLQ
 

@@ -30,7 +30,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import signal
 import threading
 import time
@@ -47,12 +46,17 @@ from streams.adapters.kafka import Record, group_metadata, record_of
 from streams.adapters.tax import TaxService
 from streams.billing import fencing, rows, store
 from streams.billing.commit import CommitPoint, write_fenced
+from streams.billing.dead_letters import (
+    DeadLetterError,
+    DeadLetters,
+    customers_of,
+    header_text,
+    period_of,
+)
 from streams.billing.metrics import CLAIMS_REFUSED, FENCING_REFUSALS
 from streams.domain.codec import decode
 from streams.domain.errors import InvalidEvent
 from streams.domain.events import BillingPeriodClosed, CustomerUpserted, UsageRecorded
-from streams.domain.periods import PERIOD_PATTERN
-from streams.invoicing.dlq import DeadLetterError, DeadLetters
 from streams.invoicing.jobs import JobContext, JobResult, Outcome, run_invoice_job
 from streams.invoicing.metrics import (
     HOLDS,
@@ -67,7 +71,6 @@ from streams.settings import Settings
 log = logging.getLogger("streams.invoicing.worker")
 
 ACCOUNT_EVENT_TYPES = (CustomerUpserted, UsageRecorded, BillingPeriodClosed)
-_PERIOD_RE = re.compile(PERIOD_PATTERN)
 
 
 @dataclass
@@ -86,7 +89,7 @@ class _Batch:
         default_factory=list
     )
     usage: list[rows.UsageRecord] = field(default_factory=list)
-    holds: list[dict[str, Any]] = field(default_factory=list)
+    holds: list[rows.HoldRequest] = field(default_factory=list)
     messages: list[Record] = field(default_factory=list)
 
 
@@ -397,7 +400,7 @@ class InvoicingWorker:
         self, batch: _Batch, msg: Record, source: rows.SourceCoordinates, reason: str
     ) -> bool:
         """Dead-letter an undecodable or invalid record and queue a hold for every
-        customer it could belong to (:func:`_customers_of`): its key, its
+        customer it could belong to (:func:`~streams.billing.dead_letters.customers_of`): its key, its
         ``ce_subject`` header, its value's ``customer_id``, when they differ each of
         them (the key alone could name the wrong customer, and the real one would be
         invoiced from partial data). A record attributable to nobody is still
@@ -408,7 +411,7 @@ class InvoicingWorker:
         Returns False when the dead-letter record was not delivered (the caller
         rewinds and retries after a backoff, without committing); never raises.
         """
-        customers = _customers_of(msg)
+        customers = customers_of(msg)
         if not customers:
             reason = (
                 f"{reason}; could not be attributed to a customer (no usable UTF-8 key, "
@@ -454,9 +457,9 @@ class InvoicingWorker:
             batch.holds.append(
                 {
                     "customer_id": customer,
-                    "billing_period": _period_of(msg),
+                    "billing_period": period_of(msg),
                     "reason": f"dead-lettered: {reason}{attributed}",
-                    "event_id": _header(msg, "ce_id"),
+                    "event_id": header_text(msg, "ce_id"),
                     "source": source,
                 }
             )
@@ -494,7 +497,7 @@ class InvoicingWorker:
                     }
                 )
             for hold in batch.holds:
-                record_hold(conn, **hold)
+                store.holds.record_hold(conn, **hold)
             return conflicts
 
         try:
@@ -670,7 +673,7 @@ class InvoicingWorker:
             )
 
             def work(conn: Any) -> None:
-                record_hold(
+                store.holds.record_hold(
                     conn,
                     customer_id=marker.customer_id,
                     billing_period=marker.billing_period,
@@ -731,93 +734,6 @@ def _fault_kill_after_db_commit() -> None:
     )
     logging.shutdown()
     os.kill(os.getpid(), signal.SIGKILL)
-
-
-def _header(msg: Record, name: str) -> str | None:
-    for key, value in msg.headers:
-        if key == name:
-            try:
-                return value.decode()
-            except UnicodeDecodeError:
-                return None
-    return None
-
-
-def _customer_text(raw: bytes | str | None) -> str | None:
-    """``raw`` as a customer id if it is usable: UTF-8 text of 1 to 128 characters."""
-    if isinstance(raw, bytes):
-        try:
-            raw = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            return None
-    return raw if isinstance(raw, str) and 0 < len(raw) <= 128 else None
-
-
-def _payload_of(msg: Record) -> dict[str, Any] | None:
-    """The record's value if it is a JSON object, else None."""
-    try:
-        payload = json.loads(msg.value or b"")
-    except (ValueError, UnicodeDecodeError):
-        return None
-    return payload if isinstance(payload, dict) else None
-
-
-def _customers_of(msg: Record) -> list[str]:
-    """Every customer a bad record could belong to, without repeats: its key, its
-    ``ce_subject`` header and its value's ``customer_id``, each when it is usable
-    (:func:`_customer_text`). Empty when none is: the record cannot be attributed."""
-    subject = next((value for name, value in msg.headers if name == "ce_subject"), None)
-    payload = _payload_of(msg)
-    candidates = [
-        _customer_text(msg.key),
-        _customer_text(subject),
-        _customer_text(payload.get("customer_id") if payload else None),
-    ]
-    return list(dict.fromkeys(c for c in candidates if c is not None))
-
-
-def _period_of(msg: Record) -> str | None:
-    """The billing period a bad record names, if its value is JSON with a valid one
-    (then only that period is held; otherwise every period of the customer)."""
-    payload = _payload_of(msg)
-    period = payload.get("billing_period") if payload else None
-    return period if isinstance(period, str) and _PERIOD_RE.match(period) else None
-
-
-def record_hold(
-    conn: psycopg.Connection[Any],
-    *,
-    customer_id: str,
-    billing_period: str | None,
-    reason: str,
-    event_id: str | None,
-    source: rows.SourceCoordinates,
-) -> None:
-    """Hold ``customer_id``'s invoicing (for one period, or all when ``billing_period``
-    is None) because the record at ``source`` was dead-lettered. Idempotent per
-    (source record, customer), so one record can hold several customers (migration
-    0004; docs/architecture.md "Holds instead of partial invoices").
-
-    Raises:
-        psycopg.Error: the insert failed (the caller's transaction is rolled back).
-    """
-    conn.execute(
-        """
-        INSERT INTO invoice_holds (customer_id, billing_period, reason, event_id,
-                                   source_topic, source_partition, source_offset)
-        VALUES (%s, %s, %s, %s, %s, %s, %s)
-        ON CONFLICT (source_topic, source_partition, source_offset, customer_id) DO NOTHING
-        """,
-        (
-            customer_id,
-            billing_period,
-            reason[:2000],
-            event_id,
-            source.topic,
-            source.partition,
-            source.offset,
-        ),
-    )
 
 
 def run_invoicing_worker(

@@ -17,7 +17,7 @@ import pytest
 from confluent_kafka.cimpl import NewTopic  # admin re-exports it untyped (no __all__)
 
 from streams.adapters.kafka import admin_client, make_producer
-from streams.invoicing.dlq import TRUNCATED_VALUE_BYTES, DeadLetters
+from streams.billing.dead_letters import TRUNCATED_VALUE_BYTES, DeadLetters
 from streams.settings import Settings
 from tests.support.kafka import drain, headers_of, text
 

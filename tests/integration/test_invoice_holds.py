@@ -7,7 +7,7 @@
    hold the customer again, for ever (streams/invoicing/jobs.py).
 2. One dead-lettered record can hold several customers (its key and its
    ``ce_subject`` differ): one hold row per (record, customer), idempotent on
-   redelivery (migration 0004, ``streams.invoicing.worker.record_hold``).
+   redelivery (migration 0004, ``streams.billing.store.holds.record_hold``).
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ from psycopg_pool import ConnectionPool
 from streams.adapters import migrate
 from streams.adapters.tax import InMemoryTaxService
 from streams.billing import fencing, rows, store
+from streams.billing.store.holds import record_hold
 from streams.domain.events import CustomerUpserted, UsageRecorded
 from streams.invoicing.jobs import JobContext, Outcome, run_invoice_job
-from streams.invoicing.worker import record_hold
 from streams.sandbox import _drop_database
 from streams.settings import Settings
 

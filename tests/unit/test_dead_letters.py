@@ -1,4 +1,4 @@
-"""Dead-lettering never crash-loops the worker (streams/invoicing/dlq.py, worker.py).
+"""Dead-lettering never crash-loops the worker (streams/billing/dead_letters.py, worker.py).
 
 A record too large for the dead-letter topic is sent truncated, with a header
 saying so; every other failure to produce is a :class:`DeadLetterError`, which
@@ -21,7 +21,7 @@ from prometheus_client import REGISTRY
 from streams.adapters.kafka import Record
 from streams.adapters.tax import InMemoryTaxService
 from streams.billing import rows
-from streams.invoicing.dlq import TRUNCATED_VALUE_BYTES, DeadLetterError, DeadLetters
+from streams.billing.dead_letters import TRUNCATED_VALUE_BYTES, DeadLetterError, DeadLetters
 from streams.invoicing.worker import InvoicingWorker, _Batch
 from streams.settings import Settings
 
