@@ -66,19 +66,12 @@ from streams.invoicing.metrics import (
     PARTITIONS_LOST_WITH_JOB,
     RECORDS,
 )
+from streams.invoicing.partitions import InvoiceJob, PartitionState
 from streams.settings import Settings
 
 log = logging.getLogger("streams.invoicing.worker")
 
 ACCOUNT_EVENT_TYPES = (CustomerUpserted, UsageRecorded, BillingPeriodClosed)
-
-
-@dataclass
-class _Job:
-    marker: rows.CloseMarker
-    token: fencing.FencingToken
-    cancel: threading.Event
-    future: Future[JobResult]
 
 
 @dataclass
@@ -135,22 +128,24 @@ class InvoicingWorker:
         )
         self.stop = stop or threading.Event()
         self.retry_backoff_s = retry_backoff_s
-        #: partition → the token we claimed it under (only claimed partitions are processed)
-        self.owned: dict[int, fencing.FencingToken] = {}
-        #: partition → its in-flight invoice job (the partition is paused meanwhile)
-        self.jobs: dict[int, _Job] = {}
-        #: partition → monotonic time before which it stays paused (after a transient error)
-        self.backoff: dict[int, float] = {}
-        #: partitions assigned but not (yet) claimed: paused, claim retried
-        self.unclaimed: set[int] = set()
-        #: partition → token whose claim failed on a database error (retried each poll)
-        self._pending_tokens: dict[int, fencing.FencingToken] = {}
-        #: partition → offset to seek to when it resumes (records skipped while paused)
-        self.rewind: dict[int, int] = {}
-        #: partition → next offset whose commit the broker refused (a rebalance in
-        #: progress) while we kept the partition: retried each poll until it succeeds
-        self.uncommitted: dict[int, int] = {}
+        #: partition → what we track for it, from its assignment to its revoke or loss
+        self.partitions: dict[int, PartitionState] = {}
         self.stats: dict[str, int] = defaultdict(int)
+
+    # ------------------------------------------------------------------ partition state
+
+    def _owned(self, partition: int) -> PartitionState | None:
+        """The partition's state if it is claimed and not fenced, else None."""
+        state = self.partitions.get(partition)
+        return state if state is not None and state.owned else None
+
+    def _jobs(self) -> list[PartitionState]:
+        """The states of the partitions with an invoice job in flight."""
+        return [state for state in self.partitions.values() if state.job is not None]
+
+    def _gauges(self) -> None:
+        OWNED_PARTITIONS.set(sum(1 for state in self.partitions.values() if state.owned))
+        JOBS_IN_FLIGHT.set(len(self._jobs()))
 
     # ------------------------------------------------------------------ rebalance callbacks
 
@@ -167,10 +162,12 @@ class InvoicingWorker:
             token = fencing.FencingToken(
                 self.group_id, tp.topic, tp.partition, gm.generation_id, gm.member_id
             )
+            self.partitions.setdefault(tp.partition, PartitionState(tp.partition))
             self._claim(token)
-        OWNED_PARTITIONS.set(len(self.owned))
+        self._gauges()
 
     def _claim(self, token: fencing.FencingToken) -> None:
+        state = self.partitions.setdefault(token.partition, PartitionState(token.partition))
         try:
             with self.pool.connection() as conn:
                 fencing.claim(conn, token)
@@ -183,16 +180,14 @@ class InvoicingWorker:
                 exc,
                 token.group_id,
             )
-            self.unclaimed.add(token.partition)
+            state.unclaimed = True
             return
         except psycopg.Error as exc:
             log.warning("fence claim of partition %s failed (%s); will retry", token.partition, exc)
-            self.unclaimed.add(token.partition)
-            self._pending_tokens[token.partition] = token
+            state.unclaimed = True
+            state.pending_claim = token
             return
-        self.unclaimed.discard(token.partition)
-        self._pending_tokens.pop(token.partition, None)
-        self.owned[token.partition] = token
+        state.claimed(token)
         log.info(
             "claimed %s[%s] at generation %s as %s",
             token.topic,
@@ -209,7 +204,8 @@ class InvoicingWorker:
 
     def _release(self, partitions: list[TopicPartition], how: str) -> None:
         for tp in partitions:
-            job = self.jobs.pop(tp.partition, None)
+            state = self.partitions.pop(tp.partition, None)
+            job = state.job if state is not None else None
             if job is not None:
                 job.cancel.set()
                 job.future.add_done_callback(self._orphan_done)
@@ -223,14 +219,7 @@ class InvoicingWorker:
                     job.marker.customer_id,
                     job.marker.billing_period,
                 )
-            self.owned.pop(tp.partition, None)
-            self.backoff.pop(tp.partition, None)
-            self.unclaimed.discard(tp.partition)
-            self._pending_tokens.pop(tp.partition, None)
-            self.rewind.pop(tp.partition, None)
-            self.uncommitted.pop(tp.partition, None)
-        OWNED_PARTITIONS.set(len(self.owned))
-        JOBS_IN_FLIGHT.set(len(self.jobs))
+        self._gauges()
 
     # ------------------------------------------------------------------ main loop
 
@@ -269,7 +258,7 @@ class InvoicingWorker:
         self._retry_claims()
         self._retry_commits()
         self._end_backoffs()
-        messages = self._fetch(min(timeout_s, 0.05) if self.jobs else timeout_s)
+        messages = self._fetch(min(timeout_s, 0.05) if self._jobs() else timeout_s)
         by_partition: dict[int, list[Record]] = defaultdict(list)
         for msg in messages:
             err = msg.error()
@@ -300,8 +289,9 @@ class InvoicingWorker:
     def _pause(self, partition: int, rewind_to: int | None) -> None:
         """Pause ``partition``; when it resumes it restarts at the lowest ``rewind_to`` given
         (records fetched while it is paused are dropped, never skipped)."""
-        if rewind_to is not None:
-            self.rewind[partition] = min(self.rewind.get(partition, rewind_to), rewind_to)
+        state = self.partitions.get(partition)
+        if rewind_to is not None and state is not None:
+            state.rewind_at_most(rewind_to)
         try:
             self.consumer.pause([TopicPartition(self.topic, partition)])
         except KafkaException as exc:  # not assigned any more: nothing to pause
@@ -309,7 +299,8 @@ class InvoicingWorker:
 
     def _resume(self, partition: int, at_offset: int | None = None) -> None:
         """Resume ``partition`` at ``at_offset`` (else at its rewind offset, if any)."""
-        rewind = self.rewind.pop(partition, None)
+        state = self.partitions.get(partition)
+        rewind = state.take_rewind() if state is not None else None
         offset = at_offset if at_offset is not None else rewind
         try:
             if offset is not None:
@@ -319,10 +310,11 @@ class InvoicingWorker:
             log.debug("seek/resume of partition %s failed: %s", partition, exc)
 
     def _retry_claims(self) -> None:
-        for partition, token in list(self._pending_tokens.items()):
-            self._claim(token)
-            if partition in self.owned:
-                self._resume(partition)
+        for state in list(self.partitions.values()):
+            if state.pending_claim is not None:
+                self._claim(state.pending_claim)
+                if state.owned:
+                    self._resume(state.partition)
 
     def _commit(self, partition: int, next_offset: int) -> None:
         """Commit ``next_offset`` of ``partition`` (after the database commit). A commit
@@ -330,36 +322,47 @@ class InvoicingWorker:
         REBALANCE_IN_PROGRESS during a cooperative rebalance) is retried each poll:
         otherwise, with no later record on the partition, its committed offset would
         stay behind for good (lag never 0) until the partition moved."""
-        if self.commit_point.commit([TopicPartition(self.topic, partition, next_offset)]):
-            if self.uncommitted.get(partition, -1) <= next_offset:
-                self.uncommitted.pop(partition, None)
+        committed = self.commit_point.commit([TopicPartition(self.topic, partition, next_offset)])
+        state = self.partitions.get(partition)
+        if state is None:
+            return
+        if committed:
+            state.commit_done(next_offset)
         else:
-            self.uncommitted[partition] = max(next_offset, self.uncommitted.get(partition, 0))
+            state.commit_refused(next_offset)
 
     def _retry_commits(self) -> None:
-        for partition, next_offset in list(self.uncommitted.items()):
-            if partition in self.owned:
-                self._commit(partition, next_offset)
+        for state in list(self.partitions.values()):
+            if state.uncommitted is None:
+                continue
+            if state.owned:
+                self._commit(state.partition, state.uncommitted)
             else:  # not ours any more: the next owner commits (or redoes, idempotently)
-                del self.uncommitted[partition]
+                state.uncommitted = None
 
     def _end_backoffs(self) -> None:
         now = time.monotonic()
-        for partition, until in list(self.backoff.items()):
-            if now >= until:
-                del self.backoff[partition]
-                if partition in self.owned and partition not in self.jobs:
-                    self._resume(partition)
+        for state in list(self.partitions.values()):
+            if state.backoff_until is not None and now >= state.backoff_until:
+                state.backoff_until = None
+                if state.owned and state.job is None:
+                    self._resume(state.partition)
 
     # ------------------------------------------------------------------ records
 
     def _handle_partition(self, partition: int, msgs: list[Record]) -> None:
-        token = self.owned.get(partition)
-        if token is None or partition in self.jobs or partition in self.backoff:
+        state = self.partitions.get(partition)
+        token = state.token if state is not None else None
+        if (
+            state is None
+            or token is None
+            or state.job is not None
+            or state.backoff_until is not None
+        ):
             # Not ours to process now. A claim pending: pause and restart here once
             # claimed. A job or a backoff: its end seeks explicitly. Fenced or
             # revoked: not ours at all.
-            if partition in self.unclaimed or partition in self._pending_tokens:
+            if state is not None and state.claiming:
                 self._pause(partition, msgs[0].offset)
             return
         batch = _Batch()
@@ -559,8 +562,17 @@ class InvoicingWorker:
         log.warning("usage conflict dead-lettered: %s", reason)
 
     def _flush_failed(self, partition: int, rewind_to: int, reason: str) -> None:
-        self.backoff[partition] = time.monotonic() + self.retry_backoff_s
+        self._back_off(partition)
         self._pause(partition, rewind_to)
+
+    def _back_off(self, partition: int, *, rewind_to: int | None = None) -> None:
+        """Keep ``partition`` paused for ``retry_backoff_s`` (and restart at ``rewind_to``)."""
+        state = self.partitions.get(partition)
+        if state is None:
+            return
+        state.backoff_until = time.monotonic() + self.retry_backoff_s
+        if rewind_to is not None:
+            state.rewind_to = rewind_to
 
     @staticmethod
     def _orphan_done(future: Future[JobResult]) -> None:
@@ -588,7 +600,9 @@ class InvoicingWorker:
             stage,
             exc,
         )
-        self.owned.pop(partition, None)
+        state = self.partitions.get(partition)
+        if state is not None:
+            state.token = None
         self._pause(partition, None)
 
     # ------------------------------------------------------------------ invoice jobs
@@ -599,22 +613,24 @@ class InvoicingWorker:
         self._pause(partition, None)
         cancel = threading.Event()
         future = self.executor.submit(run_invoice_job, self.jobs_ctx, marker, token, cancel)
-        self.jobs[partition] = _Job(marker, token, cancel, future)
-        JOBS_IN_FLIGHT.set(len(self.jobs))
+        self.partitions[partition].job = InvoiceJob(marker, token, cancel, future)
+        self._gauges()
 
     def _collect_jobs(self) -> None:
-        for partition, job in list(self.jobs.items()):
-            if not job.future.done():
+        for state in self._jobs():
+            job = state.job
+            if job is None or not job.future.done():
                 continue
-            del self.jobs[partition]
-            JOBS_IN_FLIGHT.set(len(self.jobs))
-            self._job_done(partition, job.future.result())
+            state.job = None
+            self._gauges()
+            self._job_done(state.partition, job.future.result())
 
     def _job_done(self, partition: int, result: JobResult) -> None:
         marker = result.marker
         INVOICES.labels(result.outcome.value).inc()
         self.stats[f"invoice_{result.outcome.value}"] += 1
-        still_ours = self.owned.get(partition) == result.token
+        owned = self._owned(partition)
+        still_ours = owned is not None and owned.token == result.token
         if result.outcome is Outcome.FENCED:
             self._fenced(partition, "invoice", fencing.Fenced(result.token, None))
             return
@@ -627,8 +643,7 @@ class InvoicingWorker:
                 marker.billing_period,
                 result.detail,
             )
-            self.backoff[partition] = time.monotonic() + self.retry_backoff_s
-            self.rewind[partition] = marker.source.offset
+            self._back_off(partition, rewind_to=marker.source.offset)
             return
         if result.outcome is Outcome.FAILED and not self._reject_marker(partition, result):
             return
@@ -644,7 +659,7 @@ class InvoicingWorker:
             if self.settings.fault.kill_after_db_commit:
                 _fault_kill_after_db_commit()
         self._commit(partition, marker.source.offset + 1)
-        self.rewind.pop(partition, None)
+        self.partitions[partition].rewind_to = None
         self._resume(partition, marker.source.offset + 1)
 
     def _reject_marker(self, partition: int, result: JobResult) -> bool:
@@ -691,8 +706,7 @@ class InvoicingWorker:
             log.warning(
                 "recording the refused invoice of %s failed (%s); retrying", marker.customer_id, exc
             )
-            self.backoff[partition] = time.monotonic() + self.retry_backoff_s
-            self.rewind[partition] = marker.source.offset
+            self._back_off(partition, rewind_to=marker.source.offset)
             return False
         HOLDS.inc()
         log.error(
@@ -707,11 +721,12 @@ class InvoicingWorker:
 
     def _shutdown(self) -> None:
         deadline = time.monotonic() + 30
-        while self.jobs and time.monotonic() < deadline:
+        while self._jobs() and time.monotonic() < deadline:
             self._collect_jobs()
             time.sleep(0.05)
-        for job in self.jobs.values():
-            job.cancel.set()
+        for state in self._jobs():
+            if state.job is not None:
+                state.job.cancel.set()
         self.executor.shutdown(wait=True, cancel_futures=True)
         self._collect_jobs()
         self._retry_commits()
