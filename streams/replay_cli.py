@@ -29,7 +29,7 @@ from rich.table import Table
 from streams.settings import Settings
 
 if TYPE_CHECKING:
-    from streams.replay.runner import ReplayReport
+    from streams.replay.report import ReplayReport
 
 console = Console(stderr=True)
 out = Console()
@@ -75,8 +75,8 @@ def replay_command(
     """
     from streams.adapters.lease import LeaseBusy, LeaseError, LeaseUnavailable
     from streams.domain.errors import InvalidPeriod
+    from streams.replay import Mode, replay_period
     from streams.replay.errors import ReplayAborted, ReplayError
-    from streams.replay.runner import Mode, replay_period
 
     if dry_run == apply:
         console.print("[red]give exactly one of --dry-run and --apply[/]")

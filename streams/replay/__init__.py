@@ -8,27 +8,24 @@ Public API::
                   lease_key_prefix=DEFAULT_KEY_PREFIX, on_step=None) -> ReplayReport
     lease_name_for(period, settings) -> str      # "<topic prefix>replay:<period>"
 
-Modules: :mod:`~streams.replay.runner` (the run), :mod:`~streams.replay.reader`
-(the Kafka re-read), :mod:`~streams.replay.rebuild` and :mod:`~streams.replay.diff`
-(pure), :mod:`~streams.replay.store` (SQL), :mod:`~streams.replay.cli` (the command),
-:mod:`~streams.replay.errors`. Decisions: docs/replay.md.
+Modules: :mod:`~streams.replay.run` (the run: lease, run state, re-read, finish),
+:mod:`~streams.replay.apply` (compare and correct one customer, through the billing
+kernel's issuance), :mod:`~streams.replay.report` (outcomes and the JSON report),
+:mod:`~streams.replay.progress` (progress bars), :mod:`~streams.replay.reader` (the
+Kafka re-read), :mod:`~streams.replay.rebuild` and :mod:`~streams.replay.diff` (pure),
+:mod:`~streams.replay.store` (the run state's SQL), :mod:`~streams.replay.errors`; the
+command is :mod:`streams.replay_cli`. Decisions: docs/replay.md.
 """
 
+from streams.replay.apply import StepHook
 from streams.replay.errors import (
     ReplayAborted,
     ReplayError,
     ReplayStateError,
     ReplayUnavailable,
 )
-from streams.replay.runner import (
-    DEFAULT_MARGIN,
-    CustomerOutcome,
-    Mode,
-    ReplayReport,
-    StepHook,
-    lease_name_for,
-    replay_period,
-)
+from streams.replay.report import CustomerOutcome, Mode, ReplayReport
+from streams.replay.run import DEFAULT_MARGIN, lease_name_for, replay_period
 
 __all__ = [
     "DEFAULT_MARGIN",

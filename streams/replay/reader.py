@@ -34,8 +34,7 @@ from datetime import datetime
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
-from rich.progress import Progress, ProgressColumn, Task
-from rich.text import Text
+from rich.progress import Progress
 
 from streams.adapters.kafka import Record, record_of
 from streams.billing.commit import CommitPoint
@@ -94,17 +93,6 @@ class ReadStats:
     @property
     def per_second(self) -> float:
         return self.records / self.seconds if self.seconds > 0 else 0.0
-
-
-class EventsPerSecond(ProgressColumn):
-    """A rich progress column: the task's rate per second, in ``task.fields["unit"]``
-    (default ``"events"``)."""
-
-    def render(self, task: Task) -> Text:
-        speed = task.finished_speed or task.speed
-        unit = str(task.fields.get("unit", "events"))
-        text = f"{speed:,.0f} {unit}/s" if speed else f"- {unit}/s"
-        return Text(text, style="progress.data.speed")
 
 
 def plan_window(consumer: Consumer, topic: str, since: datetime) -> Window:
