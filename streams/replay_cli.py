@@ -74,8 +74,9 @@ def replay_command(
     email each. Running --apply again changes nothing. See docs/replay.md.
     """
     from streams.adapters.lease import LeaseBusy, LeaseError, LeaseUnavailable
+    from streams.bootstrap import replay_period
     from streams.domain.errors import InvalidPeriod
-    from streams.replay import Mode, replay_period
+    from streams.replay import Mode
     from streams.replay.errors import ReplayAborted, ReplayError
 
     if dry_run == apply:

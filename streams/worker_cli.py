@@ -53,8 +53,8 @@ def worker_email(
     log_level: str = typer.Option("INFO", "--log-level", help="DEBUG, INFO, WARNING, ERROR."),
 ) -> None:
     """Email every issued invoice and credit note once (group settings.worker.email_group)."""
+    from streams.bootstrap import run_email_sender
     from streams.email.errors import EmailConfigurationError
-    from streams.email.sender import run_email_sender
 
     configure_logging(log_level)
     settings = with_metrics_port(Settings(), metrics_port)
@@ -78,7 +78,7 @@ def worker_invoicing(
     """Store usage and build one invoice per close marker (group settings.worker.invoicing_group)."""
     from prometheus_client import start_http_server
 
-    from streams.invoicing.worker import run_invoicing_worker
+    from streams.bootstrap import run_invoicing_worker
 
     configure_logging(log_level)
     settings = with_metrics_port(Settings(), metrics_port)

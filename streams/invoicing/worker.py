@@ -42,6 +42,7 @@ import psycopg
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from psycopg_pool import ConnectionPool
 
+from streams import topics
 from streams.adapters.kafka import Record, group_metadata, record_of
 from streams.adapters.tax import TaxService
 from streams.billing import fencing, rows, store
@@ -89,12 +90,19 @@ class _Batch:
 class InvoicingWorker:
     """One member of the invoicing consumer group. ``run()`` polls until ``stop`` is set.
 
+    Built by :func:`streams.bootstrap.invoicing_worker` (the composition root); it
+    builds no client itself.
+
     Args:
         settings: the settings (topics from ``kafka.topic_prefix``; group from
-            ``worker.invoicing_group``).
-        pool: PostgreSQL pool of the application role.
+            ``worker.invoicing_group``; ``worker.batch_size``, ``worker.max_jobs``).
+        pool: PostgreSQL pool of the application role (``max_jobs + 2`` connections).
         tax: the tax service.
-        consumer / producer: Kafka clients (built from settings when None).
+        consumer: a consumer of group ``worker.invoicing_group`` (manual commits,
+            cooperative-sticky); this worker subscribes and closes it.
+        producer: for the dead-letter topic; this worker flushes it on shutdown.
+        stop: when set, :meth:`run` finishes and returns.
+        retry_backoff_s: pause of a partition after a transient failure (seconds).
     """
 
     def __init__(
@@ -103,24 +111,22 @@ class InvoicingWorker:
         *,
         pool: ConnectionPool[Any],
         tax: TaxService,
-        consumer: Consumer | None = None,
-        producer: Producer | None = None,
+        consumer: Consumer,
+        producer: Producer,
         stop: threading.Event | None = None,
         retry_backoff_s: float = 2.0,
     ) -> None:
-        from streams import bootstrap
-
         prefix = settings.kafka.topic_prefix
         self.settings = settings
         self.group_id = settings.worker.invoicing_group
-        self.topic = prefix + "billing.account-events.v1"
-        self.invoices_topic = prefix + "billing.invoices.v1"
+        self.topic = topics.ACCOUNT_EVENTS.with_prefix(prefix).name
+        self.invoices_topic = topics.INVOICES.with_prefix(prefix).name
         self.pool = pool
-        self.consumer = consumer or bootstrap.consumer(settings, self.group_id)
-        self.producer = producer or bootstrap.producer(settings)
+        self.consumer = consumer
+        self.producer = producer
         self.commit_point = CommitPoint(self.consumer)
         self.dead_letters = DeadLetters(
-            self.producer, prefix + "billing.account-events.dlq.v1", self.group_id
+            self.producer, topics.ACCOUNT_EVENTS_DLQ.with_prefix(prefix).name, self.group_id
         )
         self.jobs_ctx = JobContext(pool=pool, tax=tax, invoices_topic=self.invoices_topic)
         self.executor = ThreadPoolExecutor(
@@ -749,37 +755,3 @@ def _fault_kill_after_db_commit() -> None:
     )
     logging.shutdown()
     os.kill(os.getpid(), signal.SIGKILL)
-
-
-def run_invoicing_worker(
-    settings: Settings, *, stop: threading.Event | None = None, install_signal_handlers: bool = True
-) -> dict[str, int]:
-    """Build a worker from settings (composition root), run it until stopped (``stop``
-    set, or SIGTERM/SIGINT when ``install_signal_handlers``), and return its counters
-    by name (records stored, invoices written, fencing refusals, ...).
-
-    Raises:
-        KafkaException: a fatal consumer error (see :meth:`InvoicingWorker.run`).
-        psycopg_pool.PoolTimeout: the database did not answer within 30 s at start.
-    """
-    from streams import bootstrap
-
-    stop = stop or threading.Event()
-    if install_signal_handlers:
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: stop.set())
-    pool = bootstrap.postgres_pool(
-        settings,
-        name="invoicing-worker",
-        max_size=max(settings.postgres.pool_max_size, settings.worker.max_jobs + 2),
-    )
-    redis_conn = bootstrap.redis_client(settings)
-    tax = bootstrap.tax_service(settings, redis_conn)
-    try:
-        worker = InvoicingWorker(settings, pool=pool, tax=tax, stop=stop)
-        worker.run()
-        return dict(worker.stats)
-    finally:
-        tax.close()
-        redis_conn.close()
-        pool.close()

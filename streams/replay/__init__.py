@@ -3,10 +3,13 @@ differences from what was issued, and correct them with credit notes and new rev
 
 Public API::
 
-    replay_period(period, settings, *, mode: Mode, margin=DEFAULT_MARGIN, pool=None,
-                  redis_conn=None, tax=None, progress=True, holder=None, lease_ttl_s=30.0,
+    replay_period(period, settings, clients: ReplayClients, *, mode: Mode,
+                  margin=DEFAULT_MARGIN, progress=True, holder=None, lease_ttl_s=30.0,
                   lease_key_prefix=DEFAULT_KEY_PREFIX, on_step=None) -> ReplayReport
     lease_name_for(period, settings) -> str      # "<topic prefix>replay:<period>"
+
+The clients (pool, Redis, tax service, a consumer factory) come from the caller;
+:func:`streams.bootstrap.replay_period` builds them from settings.
 
 Modules: :mod:`~streams.replay.run` (the run: lease, run state, re-read, finish),
 :mod:`~streams.replay.apply` (compare and correct one customer, through the billing
@@ -25,13 +28,14 @@ from streams.replay.errors import (
     ReplayUnavailable,
 )
 from streams.replay.report import CustomerOutcome, Mode, ReplayReport
-from streams.replay.run import DEFAULT_MARGIN, lease_name_for, replay_period
+from streams.replay.run import DEFAULT_MARGIN, ReplayClients, lease_name_for, replay_period
 
 __all__ = [
     "DEFAULT_MARGIN",
     "CustomerOutcome",
     "Mode",
     "ReplayAborted",
+    "ReplayClients",
     "ReplayError",
     "ReplayReport",
     "ReplayStateError",

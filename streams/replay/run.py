@@ -65,9 +65,9 @@ import os
 import socket
 import time
 import uuid
-from contextlib import ExitStack
+from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, Protocol
 
 import psycopg
 import redis
@@ -75,7 +75,6 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from psycopg_pool import ConnectionPool
 from rich.progress import Progress
 
-from streams import bootstrap
 from streams.adapters.kafka import Record
 from streams.adapters.lease import (
     DEFAULT_KEY_PREFIX,
@@ -105,6 +104,8 @@ from streams.replay.reader import ReadStats, Window, plan_window, read_window
 from streams.replay.rebuild import Coordinates, PeriodRebuild
 from streams.replay.report import Mode, ReplayReport, outcome_from_stored
 from streams.settings import Settings
+from streams.topics import ACCOUNT_EVENTS as ACCOUNT_EVENTS_TOPIC
+from streams.topics import INVOICES as INVOICES_TOPIC
 
 logger = logging.getLogger(__name__)
 
@@ -136,15 +137,32 @@ def _default_holder() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:replay"
 
 
+class ConsumerFactory(Protocol):
+    """Builds a new Kafka consumer of ``group_id`` (the caller closes it); ``overrides``
+    are librdkafka settings (e.g. ``{"enable.partition.eof": True}``)."""
+
+    def __call__(self, group_id: str, **overrides: Any) -> Consumer: ...
+
+
+@dataclass(frozen=True)
+class ReplayClients:
+    """The clients a replay run uses. Whoever built them closes them
+    (:func:`streams.bootstrap.replay_clients` builds them from settings); the run
+    closes only the consumers it makes with ``new_consumer``."""
+
+    pool: ConnectionPool[Any]
+    redis: redis.Redis
+    tax: TaxService
+    new_consumer: ConsumerFactory
+
+
 def replay_period(
     period: str,
     settings: Settings,
+    clients: ReplayClients,
     *,
     mode: Mode,
     margin: timedelta = DEFAULT_MARGIN,
-    pool: ConnectionPool[Any] | None = None,
-    redis_conn: redis.Redis | None = None,
-    tax: TaxService | None = None,
     progress: bool = True,
     holder: str | None = None,
     lease_ttl_s: float = 30.0,
@@ -155,12 +173,11 @@ def replay_period(
 
     Args:
         period: ``YYYY-MM``.
-        settings: topic prefix and the settings of whatever is not passed in.
+        settings: the topic prefix and the invoicing group's name.
+        clients: the pool, Redis, the tax service and a consumer factory.
         mode: :attr:`Mode.DRY_RUN` (report only) or :attr:`Mode.APPLY`.
         margin: the re-read starts at ``period start - margin`` (record time);
             ignored when an apply resumes (the stored window is used).
-        pool / redis_conn / tax: clients to use (the caller keeps them); default:
-            built by :mod:`streams.bootstrap` and closed at the end.
         progress: rich progress bars on stderr.
         holder: the lease holder's name (default ``<host>:<pid>:replay``).
         lease_ttl_s: the lease's TTL in seconds (renewed every third of it).
@@ -178,47 +195,35 @@ def replay_period(
     """
     started = time.monotonic()
     period = str(BillingPeriod.parse(period))
-    prefix = settings.kafka.topic_prefix
-    topic = prefix + "billing.account-events.v1"
+    topic = ACCOUNT_EVENTS_TOPIC.with_prefix(settings.kafka.topic_prefix).name
     name = lease_name_for(period, settings)
     holder = holder or _default_holder()
-    with ExitStack() as owned:
-        if pool is None:
-            pool = bootstrap.postgres_pool(settings, name="replay", min_size=1, max_size=2)
-            owned.callback(pool.close)
-        if redis_conn is None:
-            redis_conn = bootstrap.redis_client(settings)
-            owned.callback(redis_conn.close)
-        if tax is None:
-            http_tax = bootstrap.tax_service(settings, redis_conn)
-            owned.callback(http_tax.close)
-            tax = http_tax
-        with pool.connection() as conn:
-            floor = fencing.lease_fence_floor(conn, name)
-        lease = Lease.acquire(
-            redis_conn, name, ttl_s=lease_ttl_s, holder=holder, floor=floor,
-            key_prefix=lease_key_prefix,
+    with clients.pool.connection() as conn:
+        floor = fencing.lease_fence_floor(conn, name)
+    lease = Lease.acquire(
+        clients.redis, name, ttl_s=lease_ttl_s, holder=holder, floor=floor,
+        key_prefix=lease_key_prefix,
+    )  # fmt: skip
+    try:
+        report = _run(
+            settings, period, mode, margin, topic, clients, lease, progress,
+            on_step or (lambda stage, customer: None), started,
         )  # fmt: skip
-        try:
-            report = _run(
-                settings, period, mode, margin, topic, pool, tax, lease, progress,
-                on_step or (lambda stage, customer: None), started,
-            )  # fmt: skip
-        except BaseException:
-            with contextlib.suppress(LeaseLost):  # reported by release(); keep the cause
-                lease.release()
-            raise
-        try:
+    except BaseException:
+        with contextlib.suppress(LeaseLost):  # reported by release(); keep the cause
             lease.release()
-        except LeaseLost as exc:
-            # Every write was fenced and done before the lease ended: the run stands.
-            logger.error(
-                "replay %s run %s finished, but its lease ended before release (%s); every "
-                "write was fenced, so no stale write was accepted",
-                period,
-                report.run_id,
-                exc.reason,
-            )
+        raise
+    try:
+        lease.release()
+    except LeaseLost as exc:
+        # Every write was fenced and done before the lease ended: the run stands.
+        logger.error(
+            "replay %s run %s finished, but its lease ended before release (%s); every "
+            "write was fenced, so no stale write was accepted",
+            period,
+            report.run_id,
+            exc.reason,
+        )
     return report
 
 
@@ -229,6 +234,7 @@ def _start(
     margin: timedelta,
     topic: str,
     pool: ConnectionPool[Any],
+    new_consumer: ConsumerFactory,
     lease: Lease,
 ) -> tuple[rstore.RunRow, bool, Consumer, str | None]:
     """Resume the period's unfinished apply run, or plan and record a new run.
@@ -258,13 +264,11 @@ def _start(
             row.run_id,
             row.attempts,
         )
-        consumer = bootstrap.consumer(
-            settings, row.consumer_group, **{"enable.partition.eof": True}
-        )
+        consumer = new_consumer(row.consumer_group, **{"enable.partition.eof": True})
         return row, True, consumer, None
     run_id = uuid.uuid4().hex[:12]
     group = consumer_group_for(period, run_id, settings)
-    consumer = bootstrap.consumer(settings, group, **{"enable.partition.eof": True})
+    consumer = new_consumer(group, **{"enable.partition.eof": True})
     try:
         since = BillingPeriod.parse(period).start - margin
         window = plan_window(consumer, topic, since)
@@ -302,16 +306,16 @@ def _run(
     mode: Mode,
     margin: timedelta,
     topic: str,
-    pool: ConnectionPool[Any],
-    tax: TaxService,
+    clients: ReplayClients,
     lease: Lease,
     progress: bool,
     on_step: StepHook,
     started: float,
 ) -> ReplayReport:
+    pool = clients.pool
     try:
         row, resumed, consumer, open_apply = _start(
-            settings, period, mode, margin, topic, pool, lease
+            settings, period, mode, margin, topic, pool, clients.new_consumer, lease
         )
     except (LeaseLost, LeaseFenced) as exc:
         raise ReplayAborted(f"replay {period} aborted before it began: {exc}", run_id="") from exc
@@ -341,9 +345,9 @@ def _run(
         period=period,
         mode=mode,
         topic=topic,
-        invoices_topic=settings.kafka.topic_prefix + "billing.invoices.v1",
+        invoices_topic=INVOICES_TOPIC.with_prefix(settings.kafka.topic_prefix).name,
         pool=pool,
-        tax=tax,
+        tax=clients.tax,
         lease=lease,
         run_id=row.run_id,
         window=window,
@@ -372,7 +376,7 @@ def _run(
                 len(rebuild.invalid),
             )
             on_step("read", "")
-            _load_state(ctx)
+            _load_state(ctx, clients.new_consumer)
             previous: dict[str, rstore.ResultRow] = {}
             if resumed:
                 with pool.connection() as conn:
@@ -466,7 +470,7 @@ def _reread(
     )
 
 
-def _load_state(ctx: ReplayContext) -> None:
+def _load_state(ctx: ReplayContext, new_consumer: ConsumerFactory) -> None:
     """The issued state of the period and what the database knows about its customers."""
     ctx.usage = ctx.rebuild.usage_by_customer()
     with ctx.pool.connection() as conn, conn.transaction():
@@ -476,17 +480,22 @@ def _load_state(ctx: ReplayContext) -> None:
         ctx.closed = store.closes.closed_customers(conn, ctx.period, ctx.topic)
         ctx.stored_ids = store.usage.stored_usage_ids(conn, ctx.period, ctx.topic)
         ctx.db_customers = store.usage.customers(conn, sorted(set(ctx.usage) | set(ctx.issued)))
-    ctx.worker_next = worker_positions(ctx.settings, ctx.topic, sorted(ctx.window.end))
+    ctx.worker_next = worker_positions(
+        new_consumer, ctx.settings.worker.invoicing_group, ctx.topic, sorted(ctx.window.end)
+    )
 
 
-def worker_positions(settings: Settings, topic: str, partitions: list[int]) -> dict[int, int]:
-    """partition → the offset the invoicing group will handle next (its committed offset;
-    partitions it never committed are absent). Reads the group's offsets without joining it.
+def worker_positions(
+    new_consumer: ConsumerFactory, group_id: str, topic: str, partitions: list[int]
+) -> dict[int, int]:
+    """partition → the offset the invoicing group ``group_id`` will handle next (its
+    committed offset; partitions it never committed are absent). Reads the group's
+    offsets without joining it.
 
     Raises:
         ReplayUnavailable: Kafka did not answer.
     """
-    consumer = bootstrap.consumer(settings, settings.worker.invoicing_group)
+    consumer = new_consumer(group_id)
     try:
         found = consumer.committed([TopicPartition(topic, p) for p in partitions], timeout=10)
     except KafkaException as exc:

@@ -32,6 +32,7 @@ from streams import bootstrap
 from streams.adapters.lease import LeaseBusy
 from streams.adapters.maildir import list_messages
 from streams.billing.store.usage import late_usage
+from streams.bootstrap import replay_period
 from streams.cli import app
 from streams.demo import expected_from_file, progress_counts
 from streams.domain.codec import encode
@@ -39,7 +40,7 @@ from streams.domain.events import Envelope, UsageRecorded, deterministic_id, inv
 from streams.domain.money import round_money
 from streams.importers.close_period import close_period
 from streams.importers.focus_import import import_focus
-from streams.replay import Mode, ReplayReport, replay_period
+from streams.replay import Mode, ReplayReport
 from streams.settings import Settings
 from tests.support.kafka import ProduceHeaders, wait_for_no_lag
 from tests.support.pipeline import Pipeline, isolated_pipeline
