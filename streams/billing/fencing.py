@@ -134,7 +134,10 @@ class Fenced(FencingError):
     """
 
     def __init__(self, token: FencingToken, stored: tuple[int, str] | None) -> None:
-        held = f"generation {stored[0]} member {stored[1]}" if stored else "no claim"
+        held = "no claim"
+        if stored is not None:
+            generation, member = stored
+            held = f"generation {generation} member {member}"
         super().__init__(
             f"fenced on {token.topic}[{token.partition}] (group {token.group_id}): we hold "
             f"generation {token.generation} member {token.member_id}, the fence holds {held}"
@@ -148,9 +151,10 @@ class ClaimRefused(FencingError):
     or the group was reset (then an operator resets its fences: ``invoicing fences reset``)."""
 
     def __init__(self, token: FencingToken, stored: tuple[int, str]) -> None:
+        generation, member = stored
         super().__init__(
             f"claim of {token.topic}[{token.partition}] (group {token.group_id}) at generation "
-            f"{token.generation} refused: the fence holds generation {stored[0]} member {stored[1]}"
+            f"{token.generation} refused: the fence holds generation {generation} member {member}"
         )
         self.token = token
         self.stored = stored
