@@ -1,4 +1,4 @@
-"""Records too large for the dead-letter topic, against the real broker (streams/invoicing/dlq.py).
+"""Records too large for the dead-letter topic, against the real broker (streams/billing/dead_letters.py).
 
 Both refusals librdkafka can give are exercised: the producer's own
 ``message.max.bytes`` (``produce`` raises) and the topic's ``max.message.bytes``
