@@ -19,10 +19,16 @@ Per partition, records are handled in offset order:
   no usable customer is dead-lettered all the same, logged at ERROR and counted.
 
 Ownership: on assignment the worker parses its fencing token from
-``consumer_group_metadata()`` and claims each partition's fence row upward; on
-revoke or loss it cancels that partition's in-flight job (and counts "partition
-lost while a job was in flight"). Every write transaction checks the fence; a
-refused write drops the partition's work without committing offsets.
+``consumer_group_metadata()`` and claims each partition's fence row upward
+(the partition fence of :mod:`streams.billing.fencing`); on revoke or loss it
+cancels that partition's in-flight job (and counts "partition lost while a job
+was in flight"). Every write transaction checks the fence; a refused write drops
+the partition's work without committing offsets. What the worker knows of each
+assigned partition is one :class:`~streams.invoicing.partitions.PartitionState`.
+
+The SQL, the fences, the issuance transaction, the commit point and the
+dead-letter sink are the billing kernel's (:mod:`streams.billing`); the worker
+is the loop around them, built by :func:`streams.bootstrap.invoicing_worker`.
 """
 
 from __future__ import annotations
@@ -168,7 +174,6 @@ class InvoicingWorker:
             token = fencing.FencingToken(
                 self.group_id, tp.topic, tp.partition, gm.generation_id, gm.member_id
             )
-            self.partitions.setdefault(tp.partition, PartitionState(tp.partition))
             self._claim(token)
         self._gauges()
 
