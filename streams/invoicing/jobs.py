@@ -44,6 +44,7 @@ from psycopg_pool import ConnectionPool
 
 from streams.adapters.tax import TaxRejected, TaxService, TaxUnavailable
 from streams.billing import fencing, rows, store
+from streams.billing.commit import write_fenced
 from streams.billing.issuance import NotIssued, issue, tax_idempotency_key
 from streams.domain.errors import DomainError, InvoiceRuleViolation
 from streams.domain.events import invoice_id_for
@@ -133,9 +134,9 @@ def _record_close(
     outcome: str,
     invoice_id: str | None,
 ) -> None:
-    with ctx.pool.connection() as conn, conn.transaction():
-        fencing.check(conn, token)
-        store.closes.record_close(conn, marker, outcome, invoice_id)
+    write_fenced(
+        ctx.pool, token, lambda conn: store.closes.record_close(conn, marker, outcome, invoice_id)
+    )
 
 
 def _run(
