@@ -25,7 +25,9 @@ from confluent_kafka import Consumer, Producer
 from psycopg_pool import ConnectionPool
 
 from streams.adapters.kafka import make_consumer, make_producer
-from streams.adapters.tax import HttpTaxService, RedisTaxCache, TaxService
+from streams.adapters.tax.cache import RedisTaxCache
+from streams.adapters.tax.client import HttpTaxService
+from streams.billing.ports import TaxService
 from streams.settings import Settings
 
 if TYPE_CHECKING:

@@ -14,6 +14,8 @@ Layout (paths relative to the ``schemas/`` folder)::
     <topic>/headers.schema.json        the record headers (UTF-8 text values)
     <topic>/<event type>.schema.json   the record value of one event type
     <dlq topic>/README.md              a dead-letter topic has no value schema
+    price-book/price-book.schema.json  a price book document (YAML), from the models of
+                                       streams.domain.rating.book (not a topic)
 
 The value of an account or invoice event is the event's ``data`` as JSON
 (CloudEvents binary content mode); the CloudEvents attributes travel as
@@ -40,6 +42,7 @@ import yaml
 from pydantic import TypeAdapter
 
 from streams.domain.events import TOPIC_EVENT_TYPES, CustomerId, Envelope, EventData
+from streams.domain.rating.book import price_book_json_schema
 from streams.settings import KafkaSettings
 from streams.topics import (
     ACCOUNT_EVENTS_DLQ,
@@ -60,6 +63,7 @@ ID_BASE = "https://invoicing-pipeline.invalid/schemas/"
 KEY_FILE = "key.schema.json"
 HEADERS_FILE = "headers.schema.json"
 ASYNCAPI_FILE = "asyncapi.yaml"
+PRICE_BOOK_FILE = "price-book/price-book.schema.json"
 
 #: Version of the AsyncAPI specification the document follows.
 ASYNCAPI_VERSION = "3.0.0"
@@ -76,6 +80,15 @@ KAFKA_BINDING_VERSION = "0.4.0"
 
 def _dump(document: dict[str, Any]) -> str:
     return json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def _price_book_schema() -> dict[str, Any]:
+    return {
+        **price_book_json_schema(),
+        "$schema": DRAFT,
+        "$id": f"{ID_BASE}{PRICE_BOOK_FILE}",
+        "title": "Price book",
+    }
 
 
 def _key_schema(topic: str) -> dict[str, Any]:
@@ -465,6 +478,7 @@ def render_schemas() -> dict[Path, str]:
             topic=topic, source=source, refused_by=refused_by, message=DEAD_LETTER_MESSAGES[topic]
         )
     files[Path(ASYNCAPI_FILE)] = render_asyncapi()
+    files[Path(PRICE_BOOK_FILE)] = _dump(_price_book_schema())
     return dict(sorted(files.items()))
 
 

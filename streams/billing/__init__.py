@@ -12,6 +12,8 @@ use these modules, never one another's internals:
 :mod:`.commit`             the one commit point: database commit, then offset commit
 :mod:`.dead_letters`       the dead-letter sink and the holds it leads to
 :mod:`.metrics`            the kernel's Prometheus metrics
+:mod:`.ports`              the ports the core calls: tax, tax cache, mail transport,
+                           the stores, the fences and the dead-letter sink
 =========================  =====================================================
 
 Nothing here builds a client from settings: callers pass pools, consumers and

@@ -20,6 +20,10 @@ type                         data model                      topic
 ``customer.upserted``        :class:`CustomerUpserted`       billing.account-events.v1
 ``usage.recorded``           :class:`UsageRecorded`          billing.account-events.v1
 ``billing_period.closed``    :class:`BillingPeriodClosed`    billing.account-events.v1
+``usage.metered``            :class:`UsageMetered`           billing.account-events.v1
+``subscription.started``     :class:`SubscriptionStarted`    billing.account-events.v1
+``subscription.changed``     :class:`SubscriptionChanged`    billing.account-events.v1
+``subscription.ended``       :class:`SubscriptionEnded`      billing.account-events.v1
 ``invoice.issued``           :class:`InvoiceIssued`          billing.invoices.v1
 ``credit_note.issued``       :class:`CreditNoteIssued`       billing.invoices.v1
 ``invoice.voided``           :class:`InvoiceVoided`          billing.invoices.v1
@@ -30,11 +34,12 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema, model_validator
 
-from streams.domain.money import Amount, Quantity
+from streams.domain.money import DECIMAL_PATTERN, Amount, Quantity, canonical_decimal
 from streams.domain.periods import PERIOD_PATTERN, BillingPeriod
 
 #: Namespace of the deterministic (uuid5) event and document ids of this project.
@@ -137,6 +142,144 @@ class BillingPeriodClosed(EventData):
     lease_fencing_token: int | None = None
 
 
+#: Code of a billable metric or a plan in the price book (:mod:`streams.domain.rating`).
+CODE_PATTERN = r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$"
+Code = Annotated[str, Field(pattern=CODE_PATTERN)]
+
+#: Name of an event property (``properties`` or ``values`` of ``usage.metered``).
+PROPERTY_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$"
+#: At most this many entries in each of ``properties`` and ``values``.
+MAX_PROPERTIES = 32
+#: At most this many characters in a text property value.
+MAX_PROPERTY_TEXT = 256
+#: At most this many characters in a decimal value on the wire (canonical form).
+MAX_DECIMAL_TEXT = 48
+
+
+def _canonical_value(value: Decimal) -> Decimal:
+    # pydantic turns ValueError into a ValidationError naming the entry. The
+    # magnitude is checked first: "1E+999999" must not expand to a million digits.
+    if not value.is_zero() and abs(value.adjusted()) > MAX_DECIMAL_TEXT:
+        raise ValueError(f"decimal value longer than {MAX_DECIMAL_TEXT} characters")
+    result = canonical_decimal(value)
+    if len(format(result, "f")) > MAX_DECIMAL_TEXT:
+        raise ValueError(f"decimal value longer than {MAX_DECIMAL_TEXT} characters")
+    return result
+
+
+#: An exact decimal property value: a decimal *string* on the wire, in canonical form
+#: (no exponent, no trailing fractional zeros, no ``-0``), so ``"10"``, ``"10.0"`` and
+#: ``"1E+1"`` are one value with one wire form (and one payload hash).
+PropertyDecimal = Annotated[Amount, AfterValidator(_canonical_value)]
+
+PropertyName = Annotated[str, Field(pattern=PROPERTY_NAME_PATTERN)]
+PropertyText = Annotated[str, Field(max_length=MAX_PROPERTY_TEXT)]
+
+_TEXT_MAP_SCHEMA = {
+    "type": "object",
+    "maxProperties": MAX_PROPERTIES,
+    "propertyNames": {"pattern": PROPERTY_NAME_PATTERN},
+    "additionalProperties": {"type": "string", "maxLength": MAX_PROPERTY_TEXT},
+}
+_DECIMAL_MAP_SCHEMA = {
+    "type": "object",
+    "maxProperties": MAX_PROPERTIES,
+    "propertyNames": {"pattern": PROPERTY_NAME_PATTERN},
+    "additionalProperties": {
+        "type": "string",
+        "pattern": DECIMAL_PATTERN,
+        "maxLength": MAX_DECIMAL_TEXT,
+    },
+}
+
+
+class UsageMetered(EventData):
+    """One metered usage event: a fact to be priced by the customer's plan
+    (``usage.metered``). It carries no amount: rating turns it into money
+    (:mod:`streams.domain.rating`).
+
+    Properties are typed by the map they are in, never by JSON type (no JSON
+    numbers on the wire, so no consumer reads a float):
+
+    * ``properties`` — text values (at most 32, each at most 256 characters):
+      what a billable metric filters on, groups by, or counts distinct values of
+      (``unique_count``). Compared as exact strings.
+    * ``values`` — exact decimals as decimal strings (at most 32): what ``sum``,
+      ``max`` and ``latest`` aggregate. Stored and serialised in canonical form,
+      so a resend with ``"10.0"`` where the first said ``"10"`` is the same payload,
+      not a conflict. A name may not be in both maps.
+
+    The billing period is the UTC month of ``event_time``
+    (:class:`~streams.domain.periods.BillingPeriod`); the event id (CloudEvents
+    ``ce_id``) is the deduplication key, as for ``usage.recorded``.
+    """
+
+    event_type: ClassVar[str] = "usage.metered"
+
+    customer_id: CustomerId
+    #: Code of the billable metric in the price book.
+    metric: Code
+    #: When the usage happened (UTC).
+    event_time: UtcDateTime
+    properties: Annotated[
+        dict[PropertyName, PropertyText],
+        Field(max_length=MAX_PROPERTIES),
+        WithJsonSchema(_TEXT_MAP_SCHEMA),
+    ] = Field(default_factory=dict)
+    values: Annotated[
+        dict[PropertyName, PropertyDecimal],
+        Field(max_length=MAX_PROPERTIES),
+        WithJsonSchema(_DECIMAL_MAP_SCHEMA),
+    ] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _names_are_unique(self) -> UsageMetered:
+        both = sorted(set(self.properties) & set(self.values))
+        if both:
+            raise ValueError(f"names in both properties and values: {both}")
+        return self
+
+
+class _SubscriptionEvent(EventData):
+    customer_id: CustomerId
+    #: From when the fact holds (UTC). May be in the past (a backdated change) or
+    #: the future; rating orders a customer's subscription events by this time.
+    effective_at: UtcDateTime
+
+
+class SubscriptionStarted(_SubscriptionEvent):
+    """A customer subscribed to a plan version from ``effective_at``
+    (``subscription.started``). One subscription per customer at a time: a start
+    while subscribed acts as a change (see :mod:`streams.domain.rating.segments`)."""
+
+    event_type: ClassVar[str] = "subscription.started"
+
+    plan_code: Code
+    plan_version: Annotated[int, Field(ge=1)]
+
+
+class SubscriptionChanged(_SubscriptionEvent):
+    """A customer's subscription moved to another plan or plan version from
+    ``effective_at`` (``subscription.changed``)."""
+
+    event_type: ClassVar[str] = "subscription.changed"
+
+    plan_code: Code
+    plan_version: Annotated[int, Field(ge=1)]
+
+
+class SubscriptionEnded(_SubscriptionEvent):
+    """A customer's subscription ended at ``effective_at`` (``subscription.ended``):
+    no plan applies from that instant."""
+
+    event_type: ClassVar[str] = "subscription.ended"
+
+    reason: Annotated[str, Field(max_length=512)] | None = None
+
+
+SubscriptionEvent = SubscriptionStarted | SubscriptionChanged | SubscriptionEnded
+
+
 # --------------------------------------------------------------------------- invoice events
 
 
@@ -236,7 +379,15 @@ class InvoiceVoided(EventData):
     voided_at: UtcDateTime
 
 
-AccountEventData = CustomerUpserted | UsageRecorded | BillingPeriodClosed
+AccountEventData = (
+    CustomerUpserted
+    | UsageRecorded
+    | BillingPeriodClosed
+    | UsageMetered
+    | SubscriptionStarted
+    | SubscriptionChanged
+    | SubscriptionEnded
+)
 InvoiceEventData = InvoiceIssued | CreditNoteIssued | InvoiceVoided
 
 #: Event type → data model, for every type the pipeline knows.
@@ -249,12 +400,24 @@ EVENT_TYPES: dict[str, type[EventData]] = {
         InvoiceIssued,
         CreditNoteIssued,
         InvoiceVoided,
+        UsageMetered,
+        SubscriptionStarted,
+        SubscriptionChanged,
+        SubscriptionEnded,
     )
 }
 
 #: The types each topic carries (topic names as in :mod:`streams.topics`).
 TOPIC_EVENT_TYPES: dict[str, tuple[type[EventData], ...]] = {
-    "billing.account-events.v1": (CustomerUpserted, UsageRecorded, BillingPeriodClosed),
+    "billing.account-events.v1": (
+        CustomerUpserted,
+        UsageRecorded,
+        BillingPeriodClosed,
+        UsageMetered,
+        SubscriptionStarted,
+        SubscriptionChanged,
+        SubscriptionEnded,
+    ),
     "billing.invoices.v1": (InvoiceIssued, CreditNoteIssued, InvoiceVoided),
 }
 

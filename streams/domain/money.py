@@ -96,6 +96,35 @@ def parse_decimal(value: object, *, what: str = "amount") -> Decimal:
     return result
 
 
+def canonical_decimal(value: Decimal) -> Decimal:
+    """The canonical form of a finite decimal: no trailing fractional zeros, no
+    exponent above 0, and ``0`` for ``-0``. Equal numbers get equal forms
+    (``10``, ``10.0`` and ``1E+1`` all give ``Decimal("10")``). Exact: never
+    rounds, whatever the context precision.
+
+    >>> format(canonical_decimal(Decimal("10.50")), "f")
+    '10.5'
+
+    Raises:
+        InvalidAmount: ``value`` is not a finite ``Decimal``.
+    """
+    if not isinstance(value, Decimal) or not value.is_finite():
+        raise InvalidAmount(f"not a finite Decimal: {value!r}")
+    if value.is_zero():
+        return Decimal(0)
+    sign, digits, exponent = value.as_tuple()
+    if not isinstance(exponent, int):  # "n", "N", "F": excluded above
+        raise InvalidAmount(f"not a finite Decimal: {value!r}")
+    kept = list(digits)
+    while kept and kept[-1] == 0 and exponent < 0:
+        kept.pop()
+        exponent += 1
+    if exponent > 0:
+        kept.extend([0] * exponent)
+        exponent = 0
+    return Decimal((sign, tuple(kept), exponent))
+
+
 def _validate_amount(value: Any) -> Decimal:
     # pydantic turns ValueError into a ValidationError naming the field.
     try:

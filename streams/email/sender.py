@@ -79,6 +79,7 @@ from tenacity import (
 
 from streams.billing.commit import CommitPoint
 from streams.billing.dead_letters import DeadLetterError, DeadLetters
+from streams.billing.ports import MailTransport
 from streams.domain.codec import decode
 from streams.domain.errors import InvalidEvent
 from streams.domain.events import CreditNoteIssued, InvoiceIssued, InvoiceVoided
@@ -100,7 +101,7 @@ from streams.email.store import (
     DeliveryStore,
     NewDelivery,
 )
-from streams.email.transport import MailTransport, SmtpTransport
+from streams.email.transport import SmtpTransport
 from streams.settings import Settings
 from streams.topics import INVOICES, INVOICES_DLQ
 

@@ -1,5 +1,8 @@
-"""SMTP transport of the email sender (stdlib :mod:`smtplib`), with the transient /
-permanent split of SMTP failures.
+"""SMTP transport of the email sender (stdlib :mod:`smtplib`): the real adapter of the
+:class:`~streams.billing.ports.MailTransport` port, with the transient / permanent
+split of SMTP failures. Its in-memory twin is
+:class:`streams.adapters.memory.mail.InMemoryMailTransport`; both pass the mail
+contract suite (``tests/contracts/mail.py``).
 
 One connection per message: the sender sends one email per invoice, the relay is
 local or near, and a fresh connection has no stale state to recover from (an idle
@@ -22,21 +25,15 @@ from __future__ import annotations
 
 import smtplib
 from email.message import EmailMessage
-from typing import Protocol
 
 from streams.email.errors import EmailError, SmtpPermanentError, SmtpTransientError
 from streams.settings import SmtpSettings
 
 
-class MailTransport(Protocol):
-    """Sends one message. Raises :class:`SmtpTransientError` or :class:`SmtpPermanentError`."""
-
-    def send(self, message: EmailMessage, *, from_address: str, to_address: str) -> None: ...
-
-
 class SmtpTransport:
-    """Sends through the SMTP relay of ``smtp`` (host, port, per-operation ``timeout_s``),
-    without TLS or authentication (the local sink needs neither)."""
+    """:class:`~streams.billing.ports.MailTransport` through the SMTP relay of ``smtp``
+    (host, port, per-operation ``timeout_s``), without TLS or authentication (the
+    local sink needs neither)."""
 
     def __init__(self, smtp: SmtpSettings) -> None:
         self._smtp = smtp

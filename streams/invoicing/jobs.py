@@ -42,10 +42,10 @@ from typing import Any
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from streams.adapters.tax import TaxRejected, TaxService, TaxUnavailable
 from streams.billing import fencing, rows, store
 from streams.billing.commit import write_fenced
 from streams.billing.issuance import NotIssued, issue, tax_idempotency_key
+from streams.billing.ports import TaxRejected, TaxService, TaxUnavailable
 from streams.domain.errors import DomainError, InvoiceRuleViolation
 from streams.domain.events import invoice_id_for
 from streams.domain.invoice import apply_tax, price_invoice

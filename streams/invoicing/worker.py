@@ -50,7 +50,6 @@ from psycopg_pool import ConnectionPool
 
 from streams import topics
 from streams.adapters.kafka import Record, group_metadata, record_of
-from streams.adapters.tax import TaxService
 from streams.billing import fencing, rows, store
 from streams.billing.commit import CommitPoint, write_fenced
 from streams.billing.dead_letters import (
@@ -61,6 +60,7 @@ from streams.billing.dead_letters import (
     period_of,
 )
 from streams.billing.metrics import CLAIMS_REFUSED, FENCING_REFUSALS
+from streams.billing.ports import TaxService
 from streams.domain.codec import decode
 from streams.domain.errors import InvalidEvent
 from streams.domain.events import BillingPeriodClosed, CustomerUpserted, UsageRecorded

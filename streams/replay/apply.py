@@ -32,9 +32,9 @@ from streams.adapters.lease import (
     Lease,
     LeaseStoreError,
 )
-from streams.adapters.tax import TaxRejected, TaxService, TaxUnavailable
 from streams.billing import fencing, rows, store
 from streams.billing.issuance import Issued, NotIssued, issue, tax_idempotency_key
+from streams.billing.ports import TaxRejected, TaxService, TaxUnavailable
 from streams.domain.errors import DomainError
 from streams.domain.events import (
     deterministic_id,

@@ -82,8 +82,8 @@ from streams.adapters.lease import (
     LeaseFenced,
     LeaseLost,
 )
-from streams.adapters.tax import TaxService
 from streams.billing import fencing, store
+from streams.billing.ports import TaxService
 from streams.domain.codec import decode
 from streams.domain.errors import InvalidEvent
 from streams.domain.events import (

@@ -6,7 +6,10 @@ Run::
         --maildir .local/data/maildir [--log-level INFO]
 
 Any sender and recipient is accepted, without authentication or TLS; nothing is
-relayed. Each message is stored as received in the Maildir (``new/``) by
+relayed. The exceptions are the mailbox-simulator recipients of
+:mod:`streams.stack.mailbox_simulator` (``bounce@simulator.invalid`` → ``550``,
+``defer@simulator.invalid`` → ``451`` at ``RCPT TO``), so tests can see a refused
+recipient without scripting the server. Each message is stored as received in the Maildir (``new/``) by
 aiosmtpd's :class:`aiosmtpd.handlers.Mailbox`, which adds the envelope as
 headers: ``X-Peer`` (client address), ``X-MailFrom``, ``X-RcptTo`` (comma-separated).
 ``NOOP`` answers ``250 OK`` (health checks use it). Read the Maildir with
@@ -31,12 +34,33 @@ from types import FrameType
 
 from aiosmtpd.controller import Controller
 from aiosmtpd.handlers import Mailbox
+from aiosmtpd.smtp import SMTP, Envelope, Session
+
+from streams.stack.mailbox_simulator import simulated_refusal
 
 logger = logging.getLogger("streams.stack.smtp_sink")
 
 
 class LoggingMailbox(Mailbox):
-    """aiosmtpd's Maildir handler, plus one log line per stored message."""
+    """aiosmtpd's Maildir handler, plus one log line per stored message, and the
+    mailbox simulator's refusals."""
+
+    async def handle_RCPT(
+        self,
+        server: SMTP,
+        session: Session,
+        envelope: Envelope,
+        address: str,
+        rcpt_options: list[str],
+    ) -> str:
+        refusal = simulated_refusal(address)
+        if refusal is not None:
+            code, text = refusal
+            logger.info("refused recipient %s: %d %s (mailbox simulator)", address, code, text)
+            return f"{code} {text}"
+        envelope.rcpt_tos.append(address)
+        envelope.rcpt_options.extend(rcpt_options)
+        return "250 OK"
 
     def handle_message(self, message: Message) -> None:
         super().handle_message(message)

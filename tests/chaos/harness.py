@@ -73,7 +73,7 @@ from confluent_kafka import KafkaError, Message
 
 from streams.adapters.kafka import make_producer, record_of
 from streams.adapters.maildir import list_messages
-from streams.adapters.tax import rate_for, tax_of
+from streams.adapters.tax.wire import tax_of
 from streams.domain.codec import decode, encode
 from streams.domain.events import (
     CustomerUpserted,
@@ -86,6 +86,7 @@ from streams.ops.status import topic_size
 from streams.processes import WorkerProcess
 from streams.sandbox import Pipeline
 from streams.settings import Settings
+from streams.stack.fake_tax.engine import rate_for
 from streams.stack.manager import Stack
 from streams.topics import INVOICES_DLQ
 from tests.support.kafka import drain, group_lag, java_partition
@@ -226,7 +227,7 @@ class Workload:
 
     def expected_tax(self, customer: str, period: str) -> Decimal:
         """Tax applied once: per (tax code, rate) the exact sum of amount * rate, rounded
-        once (half-even) — the fake's rate table (:func:`streams.adapters.tax.rate_for`)."""
+        once (half-even) — the fake's rate table (:func:`streams.stack.fake_tax.engine.rate_for`)."""
         groups: dict[tuple[str, Decimal], Decimal] = defaultdict(Decimal)
         for e in self.events_of(customer, period):
             rate = rate_for(e.region_id)

@@ -24,7 +24,7 @@ from psycopg import sql
 from psycopg_pool import ConnectionPool
 
 from streams.adapters import migrate
-from streams.adapters.tax import InMemoryTaxService
+from streams.adapters.memory.tax import InMemoryTaxService
 from streams.billing import fencing, rows, store
 from streams.billing.store.holds import record_hold
 from streams.domain.events import CustomerUpserted, UsageRecorded

@@ -21,13 +21,10 @@ from prometheus_client import REGISTRY
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from streams.adapters.tax import (
-    HttpTaxService,
-    InMemoryTaxService,
-    Rate,
-    RedisTaxCache,
-    TaxRejected,
-)
+from streams.adapters.memory.tax import InMemoryTaxService
+from streams.adapters.tax.cache import RedisTaxCache
+from streams.adapters.tax.client import HttpTaxService
+from streams.billing.ports import Rate, TaxRejected
 from streams.domain.invoice import TaxLine
 from streams.settings import TaxSettings
 from streams.stack.fake_tax import FakeTaxConfig, FakeTaxProcess, RequestRecord, running_fake_tax

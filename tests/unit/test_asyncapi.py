@@ -250,7 +250,10 @@ def keywords(node: Any) -> Iterator[str]:
 
 def test_schema_files_mean_the_same_under_the_default_asyncapi_schema_format() -> None:
     files = sorted(SCHEMAS.rglob("*.schema.json"))
-    assert len(files) == len(REGISTRY) * 2 + sum(len(m) for m in TOPIC_EVENT_TYPES.values())
+    # Topic files, plus the price book's document schema (checked alike below).
+    topic_files = [path for path in files if path.parent.name != "price-book"]
+    assert len(topic_files) == len(REGISTRY) * 2 + sum(len(m) for m in TOPIC_EVENT_TYPES.values())
+    assert len(files) == len(topic_files) + 1
     for path in files:
         used = set(keywords(json.loads(path.read_text(encoding="utf-8"))))
         assert not used & DRAFT_2020_ONLY, path

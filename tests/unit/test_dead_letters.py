@@ -19,7 +19,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from prometheus_client import REGISTRY
 
 from streams.adapters.kafka import Record
-from streams.adapters.tax import InMemoryTaxService
+from streams.adapters.memory.tax import InMemoryTaxService
 from streams.billing import rows
 from streams.billing.dead_letters import TRUNCATED_VALUE_BYTES, DeadLetterError, DeadLetters
 from streams.invoicing.worker import InvoicingWorker, _Batch

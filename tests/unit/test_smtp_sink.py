@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from streams.adapters.maildir import count_by_header, list_messages
+from streams.stack.mailbox_simulator import BOUNCE, DEFER, simulated_refusal
 
 
 def free_port() -> int:
@@ -112,6 +113,43 @@ def test_noop_answers_250(sink: Sink) -> None:
     with smtplib.SMTP("127.0.0.1", sink.port, timeout=5) as smtp:
         code, _ = smtp.noop()
     assert code == 250
+
+
+def test_mailbox_simulator_recipients_are_refused_and_others_kept(sink: Sink) -> None:
+    with smtplib.SMTP("127.0.0.1", sink.port, timeout=5) as smtp:
+        with pytest.raises(smtplib.SMTPRecipientsRefused) as bounced:
+            smtp.send_message(
+                plain_message("<b@x>", BOUNCE), to_addrs=["bounce+7@simulator.invalid"]
+            )
+        with pytest.raises(smtplib.SMTPRecipientsRefused) as deferred:
+            smtp.send_message(plain_message("<d@x>", DEFER), to_addrs=[DEFER])
+        refused = smtp.send_message(
+            plain_message("<m@x>", "a@example.com"), to_addrs=["a@example.com", BOUNCE]
+        )
+    assert bounced.value.recipients["bounce+7@simulator.invalid"][0] == 550
+    assert deferred.value.recipients[DEFER][0] == 451
+    assert refused == {BOUNCE: (550, b"5.1.1 mailbox unavailable (simulated bounce)")}
+    (kept,) = list_messages(sink.maildir)
+    assert kept["Message-ID"] == "<m@x>"
+    assert kept["X-RcptTo"] == "a@example.com"
+    assert "refused recipient bounce+7@simulator.invalid: 550" in sink.log.read_text()
+
+
+@pytest.mark.parametrize(
+    ("address", "code"),
+    [
+        ("bounce@simulator.invalid", 550),
+        ("BOUNCE+inv-1@Simulator.Invalid", 550),
+        ("<defer@simulator.invalid>", 451),
+        ("defer+x@simulator.invalid", 451),
+        ("bounce@example.com", None),
+        ("other@simulator.invalid", None),
+        ("simulator.invalid", None),
+    ],
+)
+def test_simulated_refusal(address: str, code: int | None) -> None:
+    refusal = simulated_refusal(address)
+    assert (refusal[0] if refusal else None) == code
 
 
 def test_sigterm_stops_the_sink_cleanly(sink: Sink) -> None:

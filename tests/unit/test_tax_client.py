@@ -21,13 +21,9 @@ from prometheus_client import REGISTRY
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from streams.adapters.tax import (
-    HttpTaxService,
-    InMemoryTaxService,
-    RedisTaxCache,
-    TaxRejected,
-    TaxUnavailable,
-)
+from streams.adapters.tax.cache import RedisTaxCache
+from streams.adapters.tax.client import HttpTaxService
+from streams.billing.ports import TaxRejected, TaxUnavailable
 from streams.domain.invoice import TaxedLine, TaxLine
 from streams.settings import TaxSettings
 from streams.stack.fake_tax import FakeTaxConfig, FakeTaxProcess, RequestRecord, running_fake_tax
@@ -442,7 +438,7 @@ def test_redis_down_slows_down_but_stays_correct(server: FakeTaxProcess) -> None
     dead.close()
 
 
-# --------------------------------------------------------------------------- metrics and the in-memory fake
+# --------------------------------------------------------------------------- metrics
 
 
 def test_requests_are_counted_by_outcome(server: FakeTaxProcess) -> None:
@@ -460,17 +456,3 @@ def test_requests_are_counted_by_outcome(server: FakeTaxProcess) -> None:
         "replay": 1,
         "retryable_status": 1,
     }
-
-
-def test_in_memory_fake_can_be_told_to_fail() -> None:
-    fake = InMemoryTaxService()
-    fake.fail_next(1)
-    key = new_key()
-    with pytest.raises(TaxUnavailable):
-        fake.calculate(idempotency_key=key, customer_id="c1", currency="USD", lines=lines())
-    got = fake.calculate(idempotency_key=key, customer_id="c1", currency="USD", lines=lines())
-    assert got[0].tax == Decimal("1.50") * Decimal("0.065")
-    assert fake.outcomes(key) == ["error", "ok"]
-    fake.fail_next(1, TaxRejected("refused", status=422))
-    with pytest.raises(TaxRejected):
-        fake.calculate(idempotency_key=new_key(), customer_id="c1", currency="USD", lines=lines())
