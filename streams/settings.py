@@ -171,7 +171,7 @@ class FaultSettings(BaseModel):
 
     ``INVOICING_FAULT__KILL_AFTER_DB_COMMIT=1``: the invoicing worker SIGKILLs itself
     right after an invoice job's database commit and before the marker's offset
-    commit — the crash window of :mod:`streams.invoicing.commit`, made deterministic.
+    commit — the crash window of :mod:`streams.billing.commit`, made deterministic.
 
     ``INVOICING_FAULT__KILL_REPLAY_AFTER_WRITES=N`` (N > 0): ``invoicing replay
     --apply`` SIGKILLs itself once N customers' corrections are committed — a real

@@ -9,7 +9,7 @@ project's guarantees with it:
   partition), idempotence on, ``acks=all``;
 - consumers: auto-commit **off** and offset auto-store off (offsets are
   committed only after the database commit, see
-  :func:`streams.invoicing.commit.commit_after_db`), cooperative-sticky
+  :class:`streams.billing.commit.CommitPoint`), cooperative-sticky
   assignment, no static membership (``group.instance.id`` is refused: it would
   let a replacement process reuse a generation, DESIGN "Ownership and fencing").
 """

@@ -8,7 +8,7 @@ Per record (:meth:`EmailSender.process`):
    (``allowed=(InvoiceIssued, CreditNoteIssued, InvoiceVoided)``);
    an **undecodable record** is dead-lettered as it was read to
    ``billing.invoices.dlq.v1`` with ``dlq.reason`` and its source coordinates
-   (:class:`streams.invoicing.dlq.DeadLetters`; invariant 5 of DESIGN §3), logged
+   (:class:`streams.billing.dead_letters.DeadLetters`; invariant 5 of DESIGN §3), logged
    at ERROR and counted (``invoicing_email_invalid_records_total``); then its
    offset is committed. If the dead letter cannot be delivered, the record is
    retried like a transient failure (never skipped unrecorded). The topic is
@@ -39,8 +39,9 @@ Failures:
   ``smtp_rejected: …`` / ``render_failed: …``, an ERROR log line, a metric; the
   offset is committed. No new status is needed, so the schema is unchanged.
 
-Commit order: :meth:`EmailSender.handle` — the row is final in PostgreSQL, then
-the offset is committed to Kafka synchronously.
+Commit order: :meth:`EmailSender.handle`, through the kernel's commit point
+(:class:`streams.billing.commit.CommitPoint`) — the row is final in PostgreSQL,
+then the offset is committed to Kafka synchronously.
 
 Metrics (prometheus_client, default registry), all counters:
 ``invoicing_email_sent_total{document_type}``,
@@ -54,7 +55,6 @@ Metrics (prometheus_client, default registry), all counters:
 from __future__ import annotations
 
 import logging
-import signal
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -63,8 +63,7 @@ from email.errors import HeaderParseError
 from email.headerregistry import Address
 from email.message import EmailMessage
 from enum import StrEnum
-from types import FrameType
-from typing import Any, Literal
+from typing import Literal
 
 from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 from prometheus_client import Counter, start_http_server
@@ -78,6 +77,8 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
+from streams.billing.commit import CommitPoint
+from streams.billing.dead_letters import DeadLetterError, DeadLetters
 from streams.billing.ports import MailTransport
 from streams.domain.codec import decode
 from streams.domain.errors import InvalidEvent
@@ -101,7 +102,6 @@ from streams.email.store import (
     NewDelivery,
 )
 from streams.email.transport import SmtpTransport
-from streams.invoicing.dlq import DeadLetterError, DeadLetters
 from streams.settings import Settings
 from streams.topics import INVOICES, INVOICES_DLQ
 
@@ -176,12 +176,12 @@ class ProcessResult:
 
 def invoices_topic(settings: Settings) -> str:
     """The topic the sender consumes: ``settings.kafka.topic_prefix + "billing.invoices.v1"``."""
-    return settings.kafka.topic_prefix + INVOICES.name
+    return INVOICES.with_prefix(settings.kafka.topic_prefix).name
 
 
 def invoices_dlq_topic(settings: Settings) -> str:
     """The sender's dead-letter topic: ``topic_prefix + "billing.invoices.dlq.v1"``."""
-    return settings.kafka.topic_prefix + INVOICES_DLQ.name
+    return INVOICES_DLQ.with_prefix(settings.kafka.topic_prefix).name
 
 
 def _coords(msg: Message) -> tuple[str, int, int]:
@@ -213,7 +213,7 @@ class EmailSender:
         transport: defaults to :class:`SmtpTransport` on ``settings.smtp``.
         stop: when set, retries of a transient failure stop early (shutdown).
         dead_letters: where undecodable records go (:func:`invoices_dlq_topic`);
-            :func:`run_email_sender` always gives one. None (unit tests of
+            :func:`streams.bootstrap.email_sender` always gives one. None (unit tests of
             :meth:`process` only): such records are logged and counted only.
 
     Raises:
@@ -240,6 +240,14 @@ class EmailSender:
         self._settings = settings
         self._store = DeliveryStore(pool, lock_timeout_s=settings.smtp.timeout_s)
         self._consumer = consumer
+        self._commit_point = (
+            CommitPoint(
+                consumer,
+                consequence="row already final: the next owner absorbs the redelivery",
+            )
+            if consumer is not None
+            else None
+        )
         self._transport: MailTransport = transport or SmtpTransport(settings.smtp)
         self._stop = stop or threading.Event()
         self._domain = domain
@@ -458,7 +466,8 @@ class EmailSender:
     def handle(self, msg: Message) -> ProcessResult:
         """Process one record, then commit its offset: the one place that owns the order.
 
-        Order (CONVENTIONS §4 "One commit point", DESIGN "Email"):
+        Order (CONVENTIONS §4 "One commit point", DESIGN "Email"; the commit goes
+        through :class:`streams.billing.commit.CommitPoint`):
 
         1. :meth:`process` — the ``email_deliveries`` row is claimed in a committed
            transaction *before* the SMTP send, and marked ``'sent'``/``'skipped'``
@@ -471,35 +480,21 @@ class EmailSender:
         the redelivery is a duplicate no-op (or, if the crash came between send and
         mark, a resend with the same ``Message-ID``). A transient failure in 1
         raises before 2, so the offset never moves past an unsent email. A failed
-        offset commit (the partition was revoked meanwhile) is logged, not raised:
-        the row is final, so the new owner's redelivery is a no-op.
+        offset commit (the partition was revoked meanwhile) is logged and counted
+        (``invoicing_offset_commit_failures_total``), not raised: the row is final,
+        so the new owner's redelivery is a no-op.
 
         Raises:
             TransientEmailError: from :meth:`process`; nothing committed.
             RuntimeError: no consumer was given to this sender.
         """
-        consumer = self._consumer
-        if consumer is None:
+        if self._commit_point is None:
             raise RuntimeError("EmailSender.handle needs the consumer whose offsets it commits")
-        result = self.process(msg)
-        self._commit(consumer, msg)
-        return result
-
-    @staticmethod
-    def _commit(consumer: Consumer, msg: Message) -> None:
         topic, partition, offset = _coords(msg)
-        tp = TopicPartition(topic, partition, offset + 1)
-        try:
-            consumer.commit(offsets=[tp], asynchronous=False)
-        except KafkaException as exc:
-            logger.warning(
-                "offset commit of %s/%d@%d failed (row already final; the next owner "
-                "absorbs the redelivery): %s",
-                tp.topic,
-                tp.partition,
-                tp.offset,
-                exc,
-            )
+        result, _committed = self._commit_point.write_then_commit(
+            lambda: self.process(msg), [TopicPartition(topic, partition, offset + 1)]
+        )
+        return result
 
     # ------------------------------------------------------------------ loop
 
@@ -558,69 +553,22 @@ def _log_partitions(what: str) -> Callable[[Consumer, list[TopicPartition]], Non
     return callback
 
 
-def run_email_sender(
-    settings: Settings,
-    *,
-    stop: threading.Event | None = None,
-    pool: ConnectionPool | None = None,
-    consumer: Consumer | None = None,
-) -> None:
-    """Run the email sender until ``stop`` is set (or SIGTERM/SIGINT arrives).
-
-    Builds what is not given from ``settings`` through :mod:`streams.bootstrap`:
-    the pool, and a consumer of group ``settings.worker.email_group`` (manual
-    commits). Subscribes the consumer to :func:`invoices_topic`. Serves Prometheus
-    metrics on ``127.0.0.1:settings.worker.metrics_port`` when that is not 0.
-
-    Shutdown: when ``stop`` is None, SIGTERM and SIGINT set an internal stop event
-    (installed only when called from the main thread; the previous handlers are
-    restored on return). The record in hand is finished and its offset committed
-    (a record still failing transiently is left uncommitted, for redelivery); then
-    the consumer and pool this function built are closed. A given consumer or pool
-    is left open: its owner closes it.
+def serve(sender: EmailSender, consumer: Consumer, settings: Settings) -> None:
+    """Subscribe ``consumer`` to :func:`invoices_topic` and run ``sender`` until its
+    ``stop`` is set. Serves Prometheus metrics on ``127.0.0.1:settings.worker.metrics_port``
+    when that is not 0 (stopped on return). The caller built ``sender`` with
+    ``consumer`` and closes both (:func:`streams.bootstrap.run_email_sender` does).
 
     Raises:
-        EmailConfigurationError: invalid ``settings.smtp.from_address``.
         KafkaException: a fatal consumer error.
-        psycopg_pool.PoolTimeout: the database did not answer at start (30 s).
     """
-    from streams import bootstrap  # the composition root builds what was not given
-
-    own_stop = stop is None
-    stop_event = stop or threading.Event()
-    previous: dict[signal.Signals, Any] = {}
-    if own_stop and threading.current_thread() is threading.main_thread():
-
-        def on_signal(signum: int, frame: FrameType | None) -> None:
-            logger.info("signal %d: finishing the current record, then stopping", signum)
-            stop_event.set()
-
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            previous[sig] = signal.signal(sig, on_signal)
-
-    own_pool = pool is None
-    own_consumer = consumer is None
-    the_pool = pool or bootstrap.postgres_pool(settings, name="email-sender")
-    the_consumer: Consumer | None = None
     server = None
     try:
-        the_consumer = consumer or bootstrap.consumer(settings, settings.worker.email_group)
-        producer = bootstrap.producer(settings)
-        dead_letters = DeadLetters(
-            producer, invoices_dlq_topic(settings), settings.worker.email_group
-        )
-        sender = EmailSender(
-            settings,
-            the_pool,
-            consumer=the_consumer,
-            stop=stop_event,
-            dead_letters=dead_letters,
-        )
         if settings.worker.metrics_port:
             server, _thread = start_http_server(settings.worker.metrics_port, addr="127.0.0.1")
             logger.info("metrics on http://127.0.0.1:%d/metrics", settings.worker.metrics_port)
         topic = invoices_topic(settings)
-        the_consumer.subscribe(
+        consumer.subscribe(
             [topic],
             on_assign=_log_partitions("assigned"),
             on_revoke=_log_partitions("revoked"),
@@ -632,10 +580,3 @@ def run_email_sender(
         if server is not None:
             server.shutdown()
             server.server_close()
-        if own_consumer and the_consumer is not None:
-            the_consumer.close()
-        if own_pool:
-            the_pool.close()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        logger.info("email sender stopped")

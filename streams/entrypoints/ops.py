@@ -143,7 +143,7 @@ def fences_reset(
     (its generation restarted from the bottom and every claim is refused). Stop every
     member first; the next members claim afresh."""
     from streams import bootstrap
-    from streams.invoicing.fencing import reset_group
+    from streams.billing.fencing import reset_group
 
     if not yes:
         console.print("refusing without --yes: stop every member of the group first")

@@ -28,7 +28,7 @@ from rich.table import Table
 from streams.entrypoints.common import console, leased_job, out, settings_of
 
 if TYPE_CHECKING:
-    from streams.replay.runner import ReplayReport
+    from streams.replay.report import ReplayReport
 
 
 def default_report_path(period: str, run_id: str) -> Path:
@@ -70,8 +70,9 @@ def replay_command(
     report); --apply turns each into a credit note and a new revision, one
     email each. Running --apply again changes nothing. See docs/replay.md.
     """
+    from streams.bootstrap import replay_period
+    from streams.replay import Mode
     from streams.replay.errors import ReplayAborted, ReplayError
-    from streams.replay.runner import Mode, replay_period
 
     if dry_run == apply:
         console.print("[red]give exactly one of --dry-run and --apply[/]")

@@ -45,8 +45,8 @@ def worker_email(
     log_level: str = LogLevelOption,
 ) -> None:
     """Email every issued invoice and credit note once (group settings.worker.email_group)."""
+    from streams.bootstrap import run_email_sender
     from streams.email.errors import EmailConfigurationError
-    from streams.email.sender import run_email_sender
 
     settings = _start(ctx, metrics_port, log_level)
     try:
@@ -65,7 +65,7 @@ def worker_invoicing(
     """Store usage and build one invoice per close marker (group settings.worker.invoicing_group)."""
     from prometheus_client import start_http_server
 
-    from streams.invoicing.worker import run_invoicing_worker
+    from streams.bootstrap import run_invoicing_worker
 
     settings = _start(ctx, metrics_port, log_level)
     if settings.worker.metrics_port:

@@ -13,7 +13,7 @@ Steps, in this order:
    ``lease_ttl_s`` (default 30 s), renewed every TTL/3 by
    :class:`streams.adapters.lease.Lease`; the fencing counter is first raised
    above the highest number ``lease_fences`` recorded for it
-   (:func:`~streams.adapters.lease.fence_floor`). Redis down →
+   (:func:`~streams.billing.fencing.lease_fence_floor`). Redis down →
    :class:`~streams.adapters.lease.LeaseUnavailable` before anything is read or
    written (CLI exit 3); another run holds it →
    :class:`~streams.adapters.lease.LeaseBusy` naming that holder (exit 4). The
@@ -42,7 +42,7 @@ Steps, in this order:
    not close anyone's period.
 3. **Per customer**, in customer id order: :meth:`Lease.ensure_held` (a lost
    lease stops the run), then one database transaction that checks the fence
-   (:func:`~streams.adapters.lease.check_fence`) and inserts
+   (:func:`~streams.billing.fencing.request_close`) and inserts
    ``close_requests(customer_id, billing_period, event_id, lease_fencing_token,
    requested_at)`` ``ON CONFLICT DO NOTHING``; commit; then the marker is
    produced. A customer whose row already existed counts as *already
@@ -79,7 +79,6 @@ from typing import Any, Protocol
 
 import redis
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from psycopg.rows import tuple_row
 from psycopg_pool import ConnectionPool
 from rich.progress import Progress
 
@@ -88,9 +87,9 @@ from streams.adapters.lease import (
     Lease,
     LeaseFenced,
     LeaseLost,
-    fence_floor,
 )
 from streams.adapters.progress import progress_bar
+from streams.billing import fencing, store
 from streams.domain.codec import decode, encode, headers_dict
 from streams.domain.errors import InvalidEvent
 from streams.domain.events import BillingPeriodClosed, Envelope, UsageRecorded, close_marker_id
@@ -359,42 +358,19 @@ def _usage_customer(msg: Any, period: str) -> str | None:
 
 
 def _customers_in_db(pool: ConnectionPool, period: str, topic: str) -> set[str]:
-    with pool.connection() as conn, conn.cursor(row_factory=tuple_row) as cur:
-        rows = cur.execute(
-            "SELECT DISTINCT customer_id FROM usage_lines "
-            "WHERE billing_period = %s AND source_topic = %s",
-            (period, topic),
-        ).fetchall()
-    return {str(row[0]) for row in rows}
-
-
-_INSERT = """
-INSERT INTO close_requests (customer_id, billing_period, event_id, lease_fencing_token)
-VALUES (%s, %s, %s, %s)
-ON CONFLICT DO NOTHING
-RETURNING requested_at, lease_fencing_token
-"""
-
-_EXISTING = """
-SELECT requested_at, lease_fencing_token FROM close_requests
- WHERE customer_id = %s AND billing_period = %s
-"""
+    with pool.connection() as conn:
+        return store.usage.customers_with_usage(conn, period, topic)
 
 
 def _request_close(
     pool: ConnectionPool, lease: Lease, customer: str, period: str, event_id: str
 ) -> tuple[bool, datetime, int]:
     """One transaction: fence check, then the close_requests row. Returns (new, at, token)."""
-    with pool.connection() as conn:
-        lease.check_fence(conn)
-        with conn.cursor(row_factory=tuple_row) as cur:
-            row = cur.execute(_INSERT, (customer, period, event_id, lease.fencing_token)).fetchone()
-            new = row is not None
-            if row is None:
-                row = cur.execute(_EXISTING, (customer, period)).fetchone()
-        conn.commit()
-    assert row is not None  # inserted, or found by the conflict
-    return new, row[0], int(row[1])
+    with pool.connection() as conn, conn.transaction():
+        request = fencing.request_close(
+            conn, fencing.LeaseFence.of(lease), customer, period, event_id
+        )
+    return request.new, request.requested_at, request.lease_fencing_token
 
 
 def close_period(
@@ -448,7 +424,7 @@ def close_period(
     holder = holder or _default_holder()
     require_topic(producer, topic)
     with pool.connection() as conn:
-        floor = fence_floor(conn, name)
+        floor = fencing.lease_fence_floor(conn, name)
     lease = Lease.acquire(
         redis_conn,
         name,

@@ -20,12 +20,14 @@ Four phases, and no database transaction stays open across the tax call
    most 1,000 lines), idempotency key ``<invoice id>:r<revision>`` — the invoice
    id is deterministic, so a retry or a second owner reuses the same key and the
    service answers the same tax (tax is never applied twice);
-4. **write** (one transaction): the fence check, a gapless invoice number,
-   ``INSERT … ON CONFLICT DO NOTHING`` of the invoice, its lines, the outbox row
-   (only when the invoice row was new) and the close record.
+4. **write**: the one issuance transaction of the billing kernel
+   (:func:`streams.billing.issuance.issue`) under the partition fence: the fence
+   check, a gapless invoice number, ``INSERT … ON CONFLICT DO NOTHING`` of the
+   invoice, its lines, the outbox row (only when the invoice row was new) and,
+   in the same transaction, the close record.
 
 The job never commits Kafka offsets: it returns a :class:`JobResult` and the
-poll thread commits (after this database commit) — see ``streams.invoicing.commit``.
+poll thread commits (after this database commit) — see :mod:`streams.billing.commit`.
 """
 
 from __future__ import annotations
@@ -34,18 +36,19 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from enum import Enum
 from typing import Any
 
 import psycopg
 from psycopg_pool import ConnectionPool
 
+from streams.billing import fencing, rows, store
+from streams.billing.commit import write_fenced
+from streams.billing.issuance import NotIssued, issue, tax_idempotency_key
 from streams.billing.ports import TaxRejected, TaxService, TaxUnavailable
 from streams.domain.errors import DomainError, InvoiceRuleViolation
-from streams.domain.events import InvoiceIssued, deterministic_id, invoice_id_for
+from streams.domain.events import invoice_id_for
 from streams.domain.invoice import apply_tax, price_invoice
-from streams.invoicing import fencing, store
 from streams.invoicing.metrics import HOLDS, JOB_SECONDS
 
 log = logging.getLogger("streams.invoicing.jobs")
@@ -69,7 +72,7 @@ class JobResult:
     """What a job did, for the poll thread: commit the marker's offset unless RETRY,
     FENCED or CANCELLED; FAILED means dead-letter the marker and hold the customer."""
 
-    marker: store.CloseMarker
+    marker: rows.CloseMarker
     token: fencing.FencingToken
     outcome: Outcome
     detail: str = ""
@@ -88,7 +91,7 @@ class JobContext:
 
 
 def run_invoice_job(
-    ctx: JobContext, marker: store.CloseMarker, token: fencing.FencingToken, cancel: threading.Event
+    ctx: JobContext, marker: rows.CloseMarker, token: fencing.FencingToken, cancel: threading.Event
 ) -> JobResult:
     """Build, tax and write the invoice of ``marker`` under ``token``. Never raises:
     every outcome is a :class:`JobResult` (transient errors → RETRY)."""
@@ -126,26 +129,26 @@ def run_invoice_job(
 
 def _record_close(
     ctx: JobContext,
-    marker: store.CloseMarker,
+    marker: rows.CloseMarker,
     token: fencing.FencingToken,
     outcome: str,
     invoice_id: str | None,
 ) -> None:
-    with ctx.pool.connection() as conn, conn.transaction():
-        fencing.check(conn, token)
-        store.record_close(conn, marker, outcome, invoice_id)
+    write_fenced(
+        ctx.pool, token, lambda conn: store.closes.record_close(conn, marker, outcome, invoice_id)
+    )
 
 
 def _run(
-    ctx: JobContext, marker: store.CloseMarker, token: fencing.FencingToken, cancel: threading.Event
+    ctx: JobContext, marker: rows.CloseMarker, token: fencing.FencingToken, cancel: threading.Event
 ) -> JobResult:
     customer_id, period = marker.customer_id, marker.billing_period
     # 1. read
     with ctx.pool.connection() as conn, conn.transaction():
-        existing = store.current_invoice(conn, customer_id, period)
-        holds = [] if existing else store.open_holds(conn, customer_id, period)
-        customer = store.get_customer(conn, customer_id)
-        lines = store.usage_before(
+        existing = store.invoices.current_invoice(conn, customer_id, period)
+        holds = [] if existing else store.holds.open_holds(conn, customer_id, period)
+        customer = store.usage.get_customer(conn, customer_id)
+        lines = store.usage.usage_before(
             conn,
             customer_id,
             period,
@@ -185,7 +188,7 @@ def _run(
         return JobResult(marker, token, Outcome.CANCELLED, "cancelled before the tax call")
     # 3. tax, with no transaction open
     taxed = ctx.tax.calculate(
-        idempotency_key=f"{invoice_id}:r{revision}",
+        idempotency_key=tax_idempotency_key(invoice_id, revision),
         customer_id=customer_id,
         currency=customer.currency,
         lines=[line.tax_line() for line in priced.lines],
@@ -193,7 +196,7 @@ def _run(
     totals = apply_tax(priced, taxed)
     if cancel.is_set():
         return JobResult(marker, token, Outcome.CANCELLED, "cancelled after the tax call")
-    draft = store.InvoiceDraft(
+    draft = rows.InvoiceDraft(
         invoice_id=invoice_id,
         revision=revision,
         customer=customer,
@@ -203,38 +206,22 @@ def _run(
         taxed=tuple(taxed),
         marker=marker,
     )
-    # 4. write
-    issued_at = datetime.now(UTC)
-    inserted = False
-    with ctx.pool.connection() as conn, conn.transaction():
-        fencing.check(conn, token)
-        number = store.invoice_number(period, store.next_number(conn, f"INV-{period}"))
-        inserted = store.insert_invoice(
-            conn,
-            draft,
-            number=number,
-            fence=(token.group_id, token.generation, token.member_id),
-            lease_fencing_token=marker.lease_fencing_token,
-            issued_at=issued_at,
-        )
-        if not inserted:
-            # Someone (a previous owner, a redelivery) wrote it: give the number back.
-            raise psycopg.Rollback()
-        event = invoice_issued(draft, number, issued_at)
-        store.insert_outbox(
-            conn,
-            event_id=deterministic_id("outbox", "invoice.issued", invoice_id),
-            topic=ctx.invoices_topic,
-            customer_id=customer_id,
-            event=event,
-            source=EVENT_SOURCE,
-            time=issued_at,
-            document_id=invoice_id,
-        )
-        store.record_close(conn, marker, "invoiced", invoice_id)
-    if not inserted:
+    # 4. write: the one issuance transaction, under the partition fence
+    result = issue(
+        ctx.pool,
+        token,
+        draft,
+        invoices_topic=ctx.invoices_topic,
+        source=EVENT_SOURCE,
+        lease_fencing_token=marker.lease_fencing_token,
+        after=lambda conn, issued: store.closes.record_close(
+            conn, marker, "invoiced", issued.invoice_id
+        ),
+    )
+    if isinstance(result, NotIssued):
+        # Someone (a previous owner, a redelivery) wrote it; the number was given back.
         with ctx.pool.connection() as conn:
-            existing = store.current_invoice(conn, customer_id, period)
+            existing = store.invoices.current_invoice(conn, customer_id, period)
         _record_close(
             ctx, marker, token, "already_invoiced", existing.invoice_id if existing else None
         )
@@ -252,29 +239,5 @@ def _run(
         Outcome.INVOICED,
         f"{totals.line_count} lines, total {totals.total}",
         invoice_id,
-        number,
-    )
-
-
-def invoice_issued(draft: store.InvoiceDraft, number: str, issued_at: datetime) -> InvoiceIssued:
-    """The ``invoice.issued`` event of a draft (DESIGN §2 "Topics")."""
-    totals = draft.totals
-    return InvoiceIssued(
-        invoice_id=draft.invoice_id,
-        invoice_number=number,
-        revision=draft.revision,
-        customer_id=draft.customer.customer_id,
-        customer_name=draft.customer.name,
-        email=draft.customer.email,
-        billing_period=draft.billing_period,
-        currency=totals.currency,
-        line_count=totals.line_count,
-        subtotal=totals.subtotal,
-        tax_total=totals.tax_total,
-        total=totals.total,
-        taxes=totals.taxes,
-        largest_lines=totals.largest_lines,
-        issued_at=issued_at,
-        supersedes_invoice_id=draft.supersedes_invoice_id,
-        source=totals.source,
+        result.invoice_number,
     )

@@ -18,6 +18,7 @@ from typing import Any
 
 import psycopg
 from confluent_kafka import Consumer, KafkaException, TopicPartition
+from psycopg.rows import dict_row
 
 from streams.settings import Settings
 from streams.topics import ACCOUNT_EVENTS, ACCOUNT_EVENTS_DLQ, INVOICES, INVOICES_DLQ
@@ -65,8 +66,9 @@ def late_usage_summary(
     conn: psycopg.Connection[Any], period: str | None = None
 ) -> list[dict[str, Any]]:
     """Late usage per (customer, period): lines stored for an invoiced period that its
-    issued revision lacks (:func:`streams.replay.late_usage`); the next replay --apply invoices them."""
-    from streams.replay import late_usage
+    issued revision lacks (:func:`streams.billing.store.usage.late_usage`); the next replay
+    --apply invoices them."""
+    from streams.billing.store.usage import late_usage
 
     groups: dict[tuple[str, str], dict[str, Any]] = {}
     for line in late_usage(conn, period):
@@ -128,6 +130,49 @@ def _periods(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
     return [dict(zip(keys, r, strict=True)) for r in rows]
 
 
+def _open_holds(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
+    with conn.cursor(row_factory=dict_row) as cur:
+        return [
+            {
+                **hold,
+                "billing_period": hold["billing_period"] or "*",
+                "reason": hold["reason"][:120],
+            }
+            for hold in cur.execute(
+                "SELECT hold_id AS hold, customer_id, billing_period, reason, created_at AS since "
+                "FROM invoice_holds WHERE released_at IS NULL ORDER BY hold_id"
+            )
+        ]
+
+
+def _fences(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
+    with conn.cursor(row_factory=dict_row) as cur:
+        return [
+            {
+                "group": fence["group"],
+                "topic": fence["topic"],
+                "partitions": fence["partitions"],
+                "generations": f"{fence['lowest']}..{fence['highest']}",
+                "members": fence["members"],
+                "updated": fence["updated"],
+            }
+            for fence in cur.execute(
+                'SELECT group_id AS "group", topic, count(*) AS partitions, '
+                "min(generation) AS lowest, max(generation) AS highest, "
+                "count(DISTINCT member_id) AS members, max(updated_at) AS updated "
+                "FROM partition_fences GROUP BY 1, 2 ORDER BY 1, 2"
+            )
+        ]
+
+
+def _outbox(conn: psycopg.Connection[Any]) -> dict[str, Any]:
+    with conn.cursor(row_factory=dict_row) as cur:
+        found = cur.execute(
+            "SELECT count(*) AS rows, min(created_at) AS oldest FROM outbox"
+        ).fetchone()
+    return found if found is not None else {"rows": 0, "oldest": None}
+
+
 def group_lag(consumer: Consumer, topic: str) -> int:
     """Records of ``topic`` not yet committed by the group of ``consumer`` (its
     ``group.id``; a partition without a commit counts from its low watermark).
@@ -178,36 +223,10 @@ def collect(settings: Settings, sources: StatusSources) -> StatusView:
     try:
         with sources.database() as conn:
             view.periods = _periods(conn)
-            view.holds = [
-                {
-                    "hold": r[0],
-                    "customer_id": r[1],
-                    "billing_period": r[2] or "*",
-                    "reason": r[3][:120],
-                    "since": r[4],
-                }
-                for r in conn.execute(
-                    "SELECT hold_id, customer_id, billing_period, reason, created_at FROM invoice_holds "
-                    "WHERE released_at IS NULL ORDER BY hold_id"
-                )
-            ]
+            view.holds = _open_holds(conn)
             view.late_usage = late_usage_summary(conn)
-            view.fences = [
-                {
-                    "group": r[0],
-                    "topic": r[1],
-                    "partitions": r[2],
-                    "generations": f"{r[3]}..{r[4]}",
-                    "members": r[5],
-                    "updated": r[6],
-                }
-                for r in conn.execute(
-                    "SELECT group_id, topic, count(*), min(generation), max(generation), "
-                    "count(DISTINCT member_id), max(updated_at) FROM partition_fences GROUP BY 1, 2 ORDER BY 1, 2"
-                )
-            ]
-            row = conn.execute("SELECT count(*), min(created_at) FROM outbox").fetchone()
-            view.outbox = {"rows": row[0] if row else 0, "oldest": row[1] if row else None}
+            view.fences = _fences(conn)
+            view.outbox = _outbox(conn)
     except psycopg.Error as exc:
         view.problems.append(f"database unavailable: {exc}")
     try:

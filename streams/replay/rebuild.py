@@ -11,7 +11,7 @@ worker would have stored, by the worker's rules:
   by their customer, the lowest partition number, so the result does not depend
   on the order the partitions were consumed in. A later record of the id with
   the **same payload** (SHA-256 of its canonical JSON,
-  :func:`streams.invoicing.store.payload_hash`, the worker's test) is a
+  :func:`streams.billing.rows.payload_hash`, the worker's test) is a
   duplicate and is dropped silently; one with a **different payload** is a
   :class:`Conflict` (reported; the first stays, as in the worker, which also
   dead-letters it and holds the customer's invoice).
@@ -33,6 +33,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from streams.billing.rows import payload_hash
 from streams.domain.events import (
     BillingPeriodClosed,
     CustomerUpserted,
@@ -41,7 +42,6 @@ from streams.domain.events import (
 )
 from streams.domain.invoice import UsageLine
 from streams.domain.periods import BillingPeriod
-from streams.invoicing.store import payload_hash
 
 
 @dataclass(frozen=True, order=True)

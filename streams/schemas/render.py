@@ -135,7 +135,7 @@ _INVOICE_EXTRA_HEADERS: dict[str, dict[str, Any]] = {
     },
 }
 
-#: Headers the dead-letter publisher adds (streams/invoicing/dlq.py), all UTF-8 text.
+#: Headers the dead-letter publisher adds (streams/billing/dead_letters.py), all UTF-8 text.
 _DLQ_HEADERS: dict[str, dict[str, Any]] = {
     "dlq.reason": {"type": "string", "minLength": 1, "description": "Why the record was refused."},
     "dlq.kind": {

@@ -47,6 +47,7 @@ from psycopg_pool import ConnectionPool
 from streams import bootstrap
 from streams.adapters.kafka import consumer_config, ensure_topics, make_producer
 from streams.adapters.maildir import count_by_header, list_messages
+from streams.bootstrap import run_email_sender
 from streams.domain.codec import encode
 from streams.domain.events import (
     CreditNoteIssued,
@@ -63,7 +64,6 @@ from streams.email.sender import (
     Outcome,
     invoices_dlq_topic,
     invoices_topic,
-    run_email_sender,
 )
 from streams.email.store import ClaimKind, NewDelivery
 from streams.email.transport import SmtpTransport

@@ -11,8 +11,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from streams.invoicing import fencing
-from streams.invoicing.fencing import ClaimRefused, Fenced, FencingToken
+from streams.billing import fencing
+from streams.billing.fencing import ClaimRefused, Fenced, FencingToken
 from streams.settings import Settings
 
 

@@ -25,9 +25,9 @@ from streams.adapters.lease import (
     LeaseFenced,
     LeaseLost,
     LeaseUnavailable,
-    check_fence,
-    fence_floor,
 )
+from streams.billing.fencing import check_lease_fence as check_fence
+from streams.billing.fencing import lease_fence_floor as fence_floor
 from streams.settings import Settings
 
 pytestmark = pytest.mark.integration

@@ -31,14 +31,15 @@ from typer.testing import CliRunner
 from streams import bootstrap
 from streams.adapters.lease import LeaseBusy
 from streams.adapters.maildir import list_messages
-from streams.bootstrap import run_close_period, run_import_focus
+from streams.billing.store.usage import late_usage
+from streams.bootstrap import replay_period, run_close_period, run_import_focus
 from streams.demo.expected import expected_from_file
 from streams.demo.run import progress_counts
 from streams.domain.codec import encode
 from streams.domain.events import Envelope, UsageRecorded, deterministic_id, invoice_id_for
 from streams.domain.money import round_money
 from streams.entrypoints.app import app
-from streams.replay import Mode, ReplayReport, late_usage, replay_period
+from streams.replay import Mode, ReplayReport
 from streams.settings import Settings
 from tests.support.kafka import ProduceHeaders, wait_for_no_lag
 from tests.support.pipeline import Pipeline, isolated_pipeline

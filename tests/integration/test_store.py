@@ -11,18 +11,17 @@ from typing import Any
 import psycopg
 import pytest
 
-from streams.domain.events import UsageRecorded
-from streams.domain.invoice import InvoiceTotals
-from streams.invoicing.store import (
+from streams.billing.rows import (
     CloseMarker,
     Customer,
     InvoiceDraft,
-    InvoiceNumberTaken,
     SourceCoordinates,
     UsageRecord,
-    insert_invoice,
-    insert_usage,
 )
+from streams.billing.store.invoices import InvoiceNumberTaken, insert_invoice
+from streams.billing.store.usage import insert_usage
+from streams.domain.events import UsageRecorded
+from streams.domain.invoice import InvoiceTotals
 from streams.settings import Settings
 
 

@@ -1,4 +1,4 @@
-"""Dead-lettering never crash-loops the worker (streams/invoicing/dlq.py, worker.py).
+"""Dead-lettering never crash-loops the worker (streams/billing/dead_letters.py, worker.py).
 
 A record too large for the dead-letter topic is sent truncated, with a header
 saying so; every other failure to produce is a :class:`DeadLetterError`, which
@@ -20,8 +20,8 @@ from prometheus_client import REGISTRY
 
 from streams.adapters.kafka import Record
 from streams.adapters.memory.tax import InMemoryTaxService
-from streams.invoicing import store
-from streams.invoicing.dlq import TRUNCATED_VALUE_BYTES, DeadLetterError, DeadLetters
+from streams.billing import rows
+from streams.billing.dead_letters import TRUNCATED_VALUE_BYTES, DeadLetterError, DeadLetters
 from streams.invoicing.worker import InvoicingWorker, _Batch
 from streams.settings import Settings
 
@@ -177,7 +177,7 @@ def bad_record(
 
 def dead_letter(worker: InvoicingWorker, msg: Record) -> tuple[bool, _Batch]:
     batch = _Batch()
-    source = store.SourceCoordinates(msg.topic, msg.partition, msg.offset)
+    source = rows.SourceCoordinates(msg.topic, msg.partition, msg.offset)
     ok = worker._dead_letter_invalid(batch, msg, source, "value is not JSON")
     return ok, batch
 
