@@ -111,17 +111,20 @@ def package_of(path: Path, root: Path = STREAMS) -> str:
     return rel.parts[0].removesuffix(".py")
 
 
-def imported_packages(source: str, module: str) -> list[tuple[int, str]]:
+def imported_packages(
+    source: str, module: str, *, is_package: bool = False
+) -> list[tuple[int, str]]:
     """``(line, package)`` of every ``streams.<package>`` that ``source`` imports, where
-    ``module`` is the dotted name of the module holding ``source`` (for relative imports)."""
+    ``module`` is the dotted name of the module holding ``source`` (for relative imports;
+    ``is_package`` when it is a package's ``__init__``)."""
     found: list[tuple[int, str]] = []
+    anchor = module.split(".") if is_package else module.split(".")[:-1]
     for node in ast.walk(ast.parse(source)):
-        targets: list[str] = []
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
             if node.level:
-                base = module.split(".")[: -node.level]
+                base = anchor[: len(anchor) - (node.level - 1)]
                 target = ".".join([*base, node.module] if node.module else base)
             else:
                 target = node.module or ""
@@ -131,6 +134,8 @@ def imported_packages(source: str, module: str) -> list[tuple[int, str]]:
                 if target == "streams"
                 else [target]
             )
+        else:
+            continue
         for target in targets:
             parts = target.split(".")
             if len(parts) >= 2 and parts[0] == "streams":
@@ -148,7 +153,8 @@ def violations(rule: Rule, files: list[Path], root: Path = STREAMS) -> list[str]
             continue
         rel = path.relative_to(root.parent).with_suffix("")
         module = ".".join(rel.parts).removesuffix(".__init__")
-        for line, pkg in imported_packages(path.read_text(encoding="utf-8"), module):
+        source = path.read_text(encoding="utf-8")
+        for line, pkg in imported_packages(source, module, is_package=path.name == "__init__.py"):
             if pkg in rule.forbidden and pkg != source_pkg:
                 out.append(f"{path.relative_to(root.parent)}:{line} imports streams.{pkg}")
     return out
@@ -168,6 +174,15 @@ def test_every_package_is_named_by_some_rule() -> None:
     named = {pkg for rule in RULES for pkg in (*rule.sources, *rule.forbidden)}
     packages = {p.name for p in STREAMS.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
     assert packages - named - {"migrations"} == set()
+
+
+def test_relative_imports_of_a_package_init_resolve_from_the_package() -> None:
+    assert imported_packages("from ..replay import run", "streams.billing", is_package=True) == [
+        (1, "replay")
+    ]
+    assert imported_packages("from . import rows", "streams.billing", is_package=True) == [
+        (1, "billing")
+    ]
 
 
 @pytest.mark.parametrize(
