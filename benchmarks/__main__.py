@@ -3,6 +3,7 @@
     .venv/bin/python -m benchmarks run --set smoke|standard|month-end|incident \\
         [--json reports/bench-<ts>.json] [--repeat N] [--profile] [--customers C --lines L]
     .venv/bin/python -m benchmarks sets          # the sets and their sizes
+    .venv/bin/python -m benchmarks markdown reports/bench-….json   # runs as markdown tables
 
 The local stack must be up (``invoicing stack up``; ``source .ports.env`` first in a
 worktree): the command checks PostgreSQL, Kafka, Connect and Redis and exits 2
@@ -34,7 +35,7 @@ from rich.console import Console
 from benchmarks import scenarios
 from benchmarks.measure import BenchError
 from benchmarks.product import Settings, base_settings
-from benchmarks.report import RunReport, machine_notes, print_report, write_json
+from benchmarks.report import RunReport, machine_notes, markdown, print_report, write_json
 from benchmarks.sets import SETS, BenchSet
 
 HOME = Path(__file__).resolve().parent.parent
@@ -132,11 +133,16 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--customers", type=int, default=None, help="override the main customers")
     run.add_argument("--lines", type=int, default=None, help="override the main lines per customer")
     sub.add_parser("sets", help="print the sets and their sizes")
+    md = sub.add_parser("markdown", help="print a JSON report's runs as markdown tables")
+    md.add_argument("report", type=Path)
     args = parser.parse_args(argv)
     console = Console(stderr=True)
     # wide enough for the table when stdout is a file or a pipe (CI, tee)
     out = Console() if sys.stdout.isatty() else Console(width=250)
 
+    if args.command == "markdown":
+        print(markdown(json.loads(args.report.read_text())), end="")
+        return 0
     if args.command == "sets":
         out.print_json(json.dumps({name: asdict(s) for name, s in SETS.items()}))
         return 0

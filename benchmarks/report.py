@@ -161,3 +161,34 @@ def machine_notes(home: Path) -> dict[str, Any]:
 def write_json(path: Path, document: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(document, indent=2, default=str) + "\n")
+
+
+def markdown(document: dict[str, Any]) -> str:
+    """The runs of a JSON report as markdown tables (for docs/benchmarks.md)."""
+    out: list[str] = []
+    machine = document.get("machine", {})
+    out.append(
+        f"`{document.get('command', '')}` at commit {machine.get('commit', '?')} "
+        f"({machine.get('cpus', '?')} x {machine.get('cpu', '?')}, load at start "
+        f"{' '.join(machine.get('loadavg_at_start', []))})"
+    )
+    for i, run in enumerate(document.get("runs", []), start=1):
+        out.append("")
+        if "error" in run:
+            out.append(f"run {i}: failed: {run['error']}")
+            continue
+        out.append(f"run {i} ({run['started_at'][:19]}Z, wall {run['wall_s']:,.0f} s)")
+        out.append("")
+        out.append(
+            "| scenario | figure | value | baseline (same run) | baseline | ratio | target |"
+        )
+        out.append("|---|---|---:|---|---:|---:|---|")
+        for row in run["rows"]:
+            ratio = row.get("ratio")
+            out.append(
+                f"| {row['scenario']} | {row['figure']} | {_num(row['value'], row['unit'])} "
+                f"{row['unit']} | {row['baseline']} | "
+                f"{_num(row['baseline_value'], row['baseline_unit'])} {row['baseline_unit']} | "
+                f"{'-' if ratio is None else f'{ratio:.3f}'} | {row.get('target', '')} |"
+            )
+    return "\n".join(out) + "\n"
