@@ -77,10 +77,16 @@ def check_stack(settings: Settings) -> None:
 
 
 def run_set(
-    bset: BenchSet, settings: Settings, console: Console, *, out_dir: Path, profile: bool
+    report: RunReport,
+    bset: BenchSet,
+    settings: Settings,
+    console: Console,
+    *,
+    out_dir: Path,
+    profile: bool,
 ) -> RunReport:
-    """One run of every scenario of ``bset``; returns its report."""
-    report = RunReport(bset.name, asdict(bset))
+    """One run of every scenario of ``bset`` into ``report`` (rows added as measured,
+    so a failed run keeps the rows it got)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     py_spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     if profile and not Path(py_spy).exists():
@@ -170,12 +176,15 @@ def main(argv: list[str] | None = None) -> int:
     status = 0
     for i in range(args.repeat):
         console.rule(f"{bset.name}: run {i + 1} of {args.repeat}")
+        report = RunReport(bset.name, asdict(bset))
         try:
-            report = run_set(bset, settings, console, out_dir=out_dir, profile=args.profile)
-        except (BenchError, Exception) as exc:  # a failed run is reported, then the next runs
-            console.print_exception() if not isinstance(exc, BenchError) else None
+            run_set(report, bset, settings, console, out_dir=out_dir, profile=args.profile)
+        except Exception as exc:  # a failed run is reported with its rows, then the next runs
+            if not isinstance(exc, BenchError):
+                console.print_exception()
             console.print(f"[red]run {i + 1} failed: {exc}[/]")
-            document["runs"].append({"error": str(exc)})
+            document["runs"].append({**report.to_dict(), "error": str(exc)})
+            print_report(report, out)
             status = 1
             write_json(json_path, document)
             continue

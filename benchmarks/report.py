@@ -176,7 +176,8 @@ def markdown(document: dict[str, Any]) -> str:
         out.append("")
         if "error" in run:
             out.append(f"run {i}: failed: {run['error']}")
-            continue
+            if not run.get("rows"):
+                continue
         out.append(f"run {i} ({run['started_at'][:19]}Z, wall {run['wall_s']:,.0f} s)")
         out.append("")
         out.append(

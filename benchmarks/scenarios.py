@@ -88,16 +88,28 @@ class Context:
 
 @contextlib.contextmanager
 def _sandbox(ctx: Context, name: str) -> Iterator[tuple[Pipeline, Path]]:
+    """A sandbox for one scenario group. A failure of the sandbox's own teardown after
+    the measurements succeeded is recorded in the report (``teardown_errors``) and
+    does not discard them."""
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix=f"bench-{name}-") as tmp:
-        unique = new_unique()
-        with sandbox(ctx.settings, unique, Path(tmp)) as p:
-            ctx.phase(f"{name}: sandbox up", time.perf_counter() - t0)
-            try:
-                yield p, Path(tmp)
-            except BaseException:
-                print(f"{name} failed; worker logs:\n{p.worker_logs()[-8000:]}", file=sys.stderr)
+        manager = sandbox(ctx.settings, new_unique(), Path(tmp))
+        p = manager.__enter__()
+        ctx.phase(f"{name}: sandbox up", time.perf_counter() - t0)
+        try:
+            yield p, Path(tmp)
+        except BaseException:
+            print(f"{name} failed; worker logs:\n{p.worker_logs()[-8000:]}", file=sys.stderr)
+            if not manager.__exit__(*sys.exc_info()):
                 raise
+        else:
+            try:
+                manager.__exit__(None, None, None)
+            except Exception as exc:
+                ctx.report.details.setdefault("teardown_errors", []).append(f"{name}: {exc}")
+                ctx.console.log(
+                    f"[yellow]{name}: sandbox teardown failed (kept the figures): {exc}[/]"
+                )
         ctx.phase(f"{name}: total (with teardown)", time.perf_counter() - t0)
 
 
