@@ -35,7 +35,14 @@ from rich.console import Console
 from benchmarks import scenarios
 from benchmarks.measure import BenchError
 from benchmarks.product import Settings, base_settings
-from benchmarks.report import RunReport, machine_notes, markdown, print_report, write_json
+from benchmarks.report import (
+    RunReport,
+    machine_notes,
+    markdown,
+    markdown_compare,
+    print_report,
+    write_json,
+)
 from benchmarks.sets import SETS, BenchSet
 
 HOME = Path(__file__).resolve().parent.parent
@@ -139,15 +146,20 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--customers", type=int, default=None, help="override the main customers")
     run.add_argument("--lines", type=int, default=None, help="override the main lines per customer")
     sub.add_parser("sets", help="print the sets and their sizes")
-    md = sub.add_parser("markdown", help="print a JSON report's runs as markdown tables")
-    md.add_argument("report", type=Path)
+    md = sub.add_parser("markdown", help="print JSON reports' runs as markdown tables")
+    md.add_argument("reports", type=Path, nargs="+")
+    md.add_argument("--compare", action="store_true", help="one table, the runs side by side")
     args = parser.parse_args(argv)
     console = Console(stderr=True)
     # wide enough for the table when stdout is a file or a pipe (CI, tee)
     out = Console() if sys.stdout.isatty() else Console(width=250)
 
     if args.command == "markdown":
-        print(markdown(json.loads(args.report.read_text())), end="")
+        documents = [json.loads(path.read_text()) for path in args.reports]
+        if args.compare:
+            print(markdown_compare(documents), end="")
+        else:
+            print("\n".join(markdown(doc) for doc in documents), end="")
         return 0
     if args.command == "sets":
         out.print_json(json.dumps({name: asdict(s) for name, s in SETS.items()}))

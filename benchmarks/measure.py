@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import signal
 import statistics
 import subprocess
@@ -243,6 +244,28 @@ class Profiler:
         return profile
 
 
+_FRAME = re.compile(r"^(?P<func>.*) \((?P<path>[^()]*?)(?::(?P<line>\d+))?\)$")
+
+
+def _function(frame: str) -> str:
+    """``func (…/site-packages/pkg/mod.py:123)`` → ``func (pkg/mod.py)``: one entry per
+    function, whatever line was sampled."""
+    match = _FRAME.match(frame)
+    if not match:
+        return frame
+    path = match.group("path")
+    if "site-packages/" in path:
+        path = path.split("site-packages/", 1)[1]
+    elif "/lib/python3" in path:
+        path = "stdlib " + path.split("/lib/python3", 1)[1].split("/", 1)[-1]
+    else:
+        for top in ("/streams/", "/benchmarks/"):
+            if top in path:
+                path = top[1:] + path.rsplit(top, 1)[1]
+                break
+    return f"{match.group('func')} ({path})"
+
+
 def summarize_collapsed(text: str, profile: Profile) -> None:
     """Self and inclusive sample counts per frame from collapsed stacks
     (``frame;frame;… count`` per line; py-spy puts the thread first)."""
@@ -254,7 +277,11 @@ def summarize_collapsed(text: str, profile: Profile) -> None:
         if not stack or not count_text.isdigit():
             continue
         count = int(count_text)
-        frames = [f for f in stack.split(";") if f and not f.startswith(("thread ", "process "))]
+        frames = [
+            _function(f.strip())
+            for f in stack.split(";")
+            if f and not f.startswith(("thread ", "process "))
+        ]
         if not frames:
             continue
         samples += count

@@ -193,3 +193,38 @@ def markdown(document: dict[str, Any]) -> str:
                 f"{'-' if ratio is None else f'{ratio:.3f}'} | {row.get('target', '')} |"
             )
     return "\n".join(out) + "\n"
+
+
+def markdown_compare(documents: list[dict[str, Any]]) -> str:
+    """Every run of ``documents`` side by side, one row per figure: each cell is
+    ``value / baseline = ratio`` of that run (for docs/benchmarks.md)."""
+    runs = [(doc, run) for doc in documents for run in doc.get("runs", []) if run.get("rows")]
+    keys: list[tuple[str, str]] = []
+    cells: dict[tuple[str, str], dict[int, str]] = {}
+    meta: dict[tuple[str, str], tuple[str, str]] = {}
+    for i, (_doc, run) in enumerate(runs):
+        for row in run["rows"]:
+            key = (row["scenario"], row["figure"])
+            if key not in cells:
+                keys.append(key)
+                cells[key] = {}
+                meta[key] = (row["baseline"], row.get("target", ""))
+            ratio = row.get("ratio")
+            cells[key][i] = (
+                f"{_num(row['value'], row['unit'])} {row['unit']} / "
+                f"{_num(row['baseline_value'], row['baseline_unit'])} {row['baseline_unit']} = "
+                f"**{'-' if ratio is None else f'{ratio:.3f}'}**"
+            )
+    head = " | ".join(
+        f"run {i + 1} ({run['started_at'][11:16]}Z, {doc['machine'].get('commit', '?')})"
+        for i, (doc, run) in enumerate(runs)
+    )
+    out = [
+        f"| scenario | figure | baseline (same run) | {head} | target |",
+        "|---|---|---|" + "---|" * len(runs) + "---|",
+    ]
+    for key in keys:
+        baseline, target = meta[key]
+        values = " | ".join(cells[key].get(i, "") for i in range(len(runs)))
+        out.append(f"| {key[0]} | {key[1]} | {baseline} | {values} | {target} |")
+    return "\n".join(out) + "\n"
