@@ -143,6 +143,9 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="py-spy the invoicing worker during the main ingest and close",
     )
+    run.add_argument(
+        "--only", default=None, help="comma-separated scenario groups to run: main,latency,incident"
+    )
     run.add_argument("--customers", type=int, default=None, help="override the main customers")
     run.add_argument("--lines", type=int, default=None, help="override the main lines per customer")
     sub.add_parser("sets", help="print the sets and their sizes")
@@ -168,6 +171,8 @@ def main(argv: list[str] | None = None) -> int:
     # SIGTERM unwinds like Ctrl-C, so every sandbox is torn down (workers, connector, database)
     signal.signal(signal.SIGTERM, _interrupt)
     bset = SETS[args.set_name].with_main_size(args.customers, args.lines)
+    if args.only:
+        bset = bset.only(set(args.only.split(",")))
     settings = base_settings()
     try:
         check_stack(settings)

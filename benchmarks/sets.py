@@ -92,6 +92,24 @@ class BenchSet:
     #: Samples of the tax round trip (p50/p99 reported), after 3 warm-up requests.
     tax_samples: int = 20
 
+    def only(self, groups: set[str]) -> BenchSet:
+        """This set with only the scenario groups named (``main``, ``latency``, ``incident``;
+        the fencing micro-benchmark belongs to ``main``).
+
+        Raises:
+            ValueError: an unknown group name.
+        """
+        unknown = groups - {"main", "latency", "incident"}
+        if unknown:
+            raise ValueError(f"unknown scenario groups {sorted(unknown)}")
+        return replace(
+            self,
+            main=self.main if "main" in groups else None,
+            fencing=self.fencing if "main" in groups else None,
+            linear=self.linear if "latency" in groups else None,
+            incident=self.incident if "incident" in groups else None,
+        )
+
     def with_main_size(self, customers: int | None, lines: int | None) -> BenchSet:
         if self.main is None or (customers is None and lines is None):
             return self
