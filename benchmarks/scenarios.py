@@ -77,6 +77,8 @@ class Context:
     profile: bool
     py_spy: str | None
     profiles: list[Profile] = field(default_factory=list)
+    #: lines per invoice → fenced issuance rate (invoices/s, one connection) of this run
+    issuance_rates: dict[int, float] = field(default_factory=dict)
 
     def phase(self, name: str, seconds: float) -> None:
         self.report.phases[name] = round(seconds, 3)
@@ -545,6 +547,24 @@ def run_main(ctx: Context, sizes: MainSizes) -> None:
                 lb_note,
             )
         )
+        serial = ctx.issuance_rates.get(sizes.lines)
+        if serial:
+            report.add(
+                Row(
+                    "close",
+                    "close → last invoice issued (same)",
+                    close.to_issued,
+                    "s",
+                    f"serial issuance: {close.invoices} invoices at the fencing benchmark's rate",
+                    close.invoices / serial,
+                    "s",
+                    "time",
+                    "",
+                    f"the INV-<period> counter row is locked from the number to the commit, so "
+                    f"issuance of a period runs one at a time: {serial:.1f} invoices/s of "
+                    f"{sizes.lines} lines on one connection",
+                )
+            )
         report.add(
             Row(
                 "close",
@@ -758,6 +778,7 @@ def _fencing(ctx: Context, sizes: FencingSizes) -> None:
                     if b >= bset.warmup:
                         fenced.append(count / spent[True])
                         unfenced.append(count / spent[False])
+                ctx.issuance_rates[lines] = median(fenced)
                 report.details.setdefault("fencing", {})[str(lines)] = {
                     "invoices_per_block": count,
                     "fenced": fenced,
