@@ -189,11 +189,14 @@ class Profile:
 
     def lines(self, n: int = 15) -> list[str]:
         out = [f"profile {self.name}: {self.samples} samples ({self.path})"]
-        out.append("  self%  function (file:line)")
+        out.append("  self%  function (file)")
         for frame, count in self.top_self[:n]:
             out.append(f"  {100 * count / max(1, self.samples):5.1f}  {frame}")
-        out.append("  total% function (file:line)")
-        for frame, count in self.top_total[:n]:
+        out.append(
+            "  total% function (file), the call chain every sample shares (>= 90 %) left out"
+        )
+        branch = [(f, c) for f, c in self.top_total if c < 0.9 * self.samples]
+        for frame, count in branch[:n]:
             out.append(f"  {100 * count / max(1, self.samples):5.1f}  {frame}")
         return out
 
@@ -290,4 +293,4 @@ def summarize_collapsed(text: str, profile: Profile) -> None:
             total_counts[frame] += count
     profile.samples = samples
     profile.top_self = self_counts.most_common(25)
-    profile.top_total = total_counts.most_common(25)
+    profile.top_total = total_counts.most_common(80)
