@@ -314,6 +314,46 @@ def _close(
     )
 
 
+def _close_backlog(p: Pipeline, cwd: Path, period: str, customers: int) -> dict[str, float]:
+    """A close whose markers are all on the topic before the (one) worker starts: the
+    invoicing work alone, not paced by close-period's per-customer requests. Seconds
+    from the worker's last fence claim to the last invoice issued; its RSS meanwhile."""
+    _stop_workers(p)
+    run_cli(
+        [*invoicing_command(), "close-period", period, "--no-progress", "--json"],
+        p.env,
+        cwd=cwd,
+        timeout_s=3600,
+    )
+    started = _start_workers(p, 1, 0)
+    claimed = _wait_claimed(p, started)
+    pids = [w.process.pid for w in p.workers.alive() if w.kind == "invoicing"]
+    with RssSampler(pids) as rss, p.connect() as conn:
+
+        def issued() -> bool:
+            n = _one(conn, "SELECT count(*) FROM invoices WHERE billing_period = %s", (period,))
+            return int(n) >= customers
+
+        wait_until(
+            f"{customers} invoices of {period}",
+            issued,
+            timeout_s=3600,
+            interval_s=0.2,
+            alive=lambda: _alive(p),
+        )
+        row = conn.execute(
+            "SELECT extract(epoch FROM max(issued_at))::float8, sum(line_count) FROM invoices "
+            "WHERE billing_period = %s",
+            (period,),
+        ).fetchone()
+    assert row is not None
+    return {
+        "seconds": float(row[0]) - claimed,
+        "lines": float(row[1] or 0),
+        "rss_peak_mib": rss.peak_mib(),
+    }
+
+
 @dataclass(frozen=True)
 class Bound:
     """The physical lower bound of a close and its terms (seconds)."""
@@ -975,47 +1015,34 @@ def run_latency(ctx: Context, sizes: LinearSizes) -> None:
             timeout_s=3600,
         )
         t0 = time.perf_counter()
-        small = _close(
-            ctx, p, cwd, LINEAR_PERIODS[0], sizes.linear_customers, emails=False, timeout_s=3600
-        )
-        large = _close(
-            ctx, p, cwd, LINEAR_PERIODS[1], sizes.linear_customers, emails=False, timeout_s=3600
-        )
+        small = _close_backlog(p, cwd, LINEAR_PERIODS[0], sizes.linear_customers)
+        large = _close_backlog(p, cwd, LINEAR_PERIODS[1], sizes.linear_customers)
         ctx.phase("latency: linearity closes", time.perf_counter() - t0)
-        report.details["linearity"] = {
-            "small": {
-                "lines": small.lines,
-                "s": small.request_to_issued,
-                "rss_peak_mib": small.rss_peak_mib,
-            },
-            "large": {
-                "lines": large.lines,
-                "s": large.request_to_issued,
-                "rss_peak_mib": large.rss_peak_mib,
-            },
-        }
+        report.details["linearity"] = {"small": small, "large": large}
         report.add(
             Row(
                 "linearity",
-                f"close, {sizes.linear_customers} x {n2} lines (first close request → last issued)",
-                large.request_to_issued,
+                f"close, {sizes.linear_customers} x {n2} lines (markers queued; worker start → last issued)",
+                large["seconds"],
                 "s",
                 f"10 x the close of {sizes.linear_customers} x {n1}",
-                10 * small.request_to_issued,
+                10 * small["seconds"],
                 "s",
                 "time",
                 "≤ 1.1 (11x)",
-                f"{large.request_to_issued / small.request_to_issued:.2f}x the time for 10x the lines; tax latency {sizes.linear_tax_latency_s * 1000:.0f} ms",
+                f"{large['seconds'] / small['seconds']:.2f}x the time for 10x the lines; the markers "
+                "are on the topic before the worker starts, so close-period's pacing is out; "
+                f"tax latency {sizes.linear_tax_latency_s * 1000:.0f} ms",
             )
         )
         report.add(
             Row(
                 "memory",
                 f"worker RSS peak, close of {sizes.linear_customers} x {n2}",
-                large.rss_peak_mib,
+                large["rss_peak_mib"],
                 "MiB",
                 f"same, close of {sizes.linear_customers} x {n1}",
-                small.rss_peak_mib,
+                small["rss_peak_mib"],
                 "MiB",
                 "size",
                 "≈ 1 (bounded by batch)",
