@@ -196,6 +196,11 @@ def main(argv: list[str] | None = None) -> int:
         report = RunReport(bset.name, asdict(bset))
         try:
             run_set(report, bset, settings, console, out_dir=out_dir, profile=args.profile)
+        except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: keep what was measured, stop
+            document["runs"].append({**report.to_dict(), "error": f"interrupted ({exc})"})
+            write_json(json_path, document)
+            console.print(f"[red]interrupted; partial report: {json_path}[/]")
+            return 130
         except Exception as exc:  # a failed run is reported with its rows, then the next runs
             if not isinstance(exc, BenchError):
                 console.print_exception()
