@@ -190,12 +190,13 @@ def _drop_slot(pg: PostgresSettings) -> None:
         _replication_dsn(pg.model_copy(update={"database": "postgres"})), autocommit=True
     ) as conn:
         while time.monotonic() < deadline:
-            row = conn.execute(
+            active = conn.execute(
                 "SELECT active FROM pg_replication_slots WHERE slot_name = %s", (pg.slot,)
             ).fetchone()
-            if row is None:
+            if active is None:
                 return
-            if not row[0]:
+            (slot_active,) = active
+            if not slot_active:
                 conn.execute("SELECT pg_drop_replication_slot(%s)", (pg.slot,))
                 return
             time.sleep(0.5)
