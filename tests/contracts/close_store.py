@@ -29,14 +29,14 @@ class CloseStoreContract:
         raise NotImplementedError("a subclass provides the implementation under test")
 
     def test_closed_customers_by_period_and_topic(self, harness: StoreHarness) -> None:
-        topic, a, b = unique("t"), unique("c"), unique("c")
+        topic, a, b, elsewhere = unique("t"), unique("c"), unique("c"), unique("c")
         c = harness.stores.closes
         with harness.tx() as conn:
             assert c.closed_customers(conn, PERIOD, topic) == set()
             c.record_close(conn, marker(a, topic), "invoiced", str(uuid.uuid4()))
             c.record_close(conn, marker(b, topic), "held", None)
             c.record_close(conn, marker(b, topic, "2026-02"), "already_invoiced", None)
-            c.record_close(conn, marker(a, unique("t")), "held", None)
+            c.record_close(conn, marker(elsewhere, unique("t")), "held", None)  # another topic
             assert c.closed_customers(conn, PERIOD, topic) == {a, b}
             assert c.closed_customers(conn, "2026-02", topic) == {b}
 
