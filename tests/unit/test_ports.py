@@ -9,7 +9,6 @@ from typing import Any
 
 import psycopg
 import pytest
-
 from confluent_kafka import Consumer, Producer
 from psycopg_pool import ConnectionPool
 

@@ -551,6 +551,9 @@ class InMemoryConsumer:
 
     Attributes:
         group_id: its group.
+        before_commit: a test hook: called with the offsets of each commit, on the
+            committing thread, before the coordinator sees it (e.g. to check what the
+            database holds at that moment). None: no hook.
     """
 
     def __init__(
@@ -579,6 +582,7 @@ class InMemoryConsumer:
         self._paused: set[TP] = set()
         self._next = 0
         self._closed = False
+        self.before_commit: Callable[[list[TopicPartition]], None] | None = None
 
     # ------------------------------------------------------------------ membership
 
@@ -764,6 +768,8 @@ class InMemoryConsumer:
             RuntimeError: the consumer is closed.
         """
         self._alive()
+        if self.before_commit is not None:
+            self.before_commit(list(offsets))
         kafka = self._kafka
         with kafka._cond:
             group = kafka._group(self.group_id)
