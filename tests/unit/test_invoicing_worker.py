@@ -394,3 +394,44 @@ def test_stop_finishes_the_job_in_flight_commits_and_leaves_the_group(twins: Twi
     assert twins.kafka.members(twins.group) == []  # left the group
     with pytest.raises(RuntimeError, match="Consumer closed"):
         worker.consumer.poll(0)
+
+
+def test_a_refused_offset_commit_is_retried_on_the_next_polls(twins: Twins) -> None:
+    customer = twins.customer_on(10)
+    twins.customer(customer)
+    record = twins.usage(customer, "1.00")
+    offset = record.offset()
+    assert offset is not None
+    failures = metric("invoicing_offset_commit_failures_total")
+    twins.kafka.fail_commit(2)  # REBALANCE_IN_PROGRESS, twice
+    worker = twins.worker()
+    subscribe(worker)
+    drive(worker, lambda: twins.committed().get(10) == offset + 1, what="the retried commit")
+    assert len(stored_usage(twins, customer)) == 1  # written once, committed late
+    assert metric("invoicing_offset_commit_failures_total") == failures + 2
+    assert worker.partitions[10].uncommitted is None
+    worker.executor.shutdown()
+
+
+def test_a_marker_whose_invoice_is_refused_is_dead_lettered_held_and_passed(
+    twins: Twins,
+) -> None:
+    customer = twins.customer_on(11)
+    twins.customer(customer, currency="EUR")
+    twins.usage(customer, "3.00", currency="USD")  # a line in another currency
+    marker = twins.close(customer)
+    marker_offset = marker.offset()
+    assert marker_offset is not None
+    worker = twins.worker()
+    subscribe(worker)
+    drive(worker, lambda: twins.committed().get(11) == marker_offset + 1, what="the marker")
+    assert twins.invoices(customer) == [] and twins.tax.calls == []
+    (dead,) = twins.dead_letters()
+    meta = dlq_headers(dead)
+    assert meta["dlq.kind"] == "rejected" and "currency" in meta["dlq.reason"]
+    assert meta["dlq.source.offset"] == str(marker_offset)
+    (hold,) = twins.rows(tables.INVOICE_HOLDS)
+    assert (hold.customer_id, hold.billing_period) == (customer, PERIOD)
+    assert [r.outcome for r in twins.rows(tables.PERIOD_CLOSES)] == ["held"]
+    assert worker.stats["invoice_failed"] == 1
+    worker.executor.shutdown()
