@@ -40,12 +40,12 @@ from enum import Enum
 from typing import Any
 
 import psycopg
-from psycopg_pool import ConnectionPool
 
-from streams.billing import fencing, rows, store
+from streams.billing import fencing, rows
 from streams.billing.commit import write_fenced
 from streams.billing.issuance import NotIssued, issue, tax_idempotency_key
-from streams.billing.ports import TaxRejected, TaxService, TaxUnavailable
+from streams.billing.ports import Database, TaxRejected, TaxService, TaxUnavailable
+from streams.billing.stores import POSTGRES, Stores
 from streams.domain.errors import DomainError, InvoiceRuleViolation
 from streams.domain.events import invoice_id_for
 from streams.domain.invoice import apply_tax, price_invoice
@@ -83,11 +83,13 @@ class JobResult:
 
 @dataclass(frozen=True)
 class JobContext:
-    """What a job needs: the pool, the tax service, the invoice topic name."""
+    """What a job needs: the pool, the tax service, the invoice topic name, and the
+    store implementations the pool's connections take (default: PostgreSQL)."""
 
-    pool: ConnectionPool[Any]
+    pool: Database[Any]
     tax: TaxService
     invoices_topic: str
+    stores: Stores[Any] = POSTGRES
 
 
 def run_invoice_job(
@@ -135,7 +137,10 @@ def _record_close(
     invoice_id: str | None,
 ) -> None:
     write_fenced(
-        ctx.pool, token, lambda conn: store.closes.record_close(conn, marker, outcome, invoice_id)
+        ctx.pool,
+        token,
+        lambda conn: ctx.stores.closes.record_close(conn, marker, outcome, invoice_id),
+        stores=ctx.stores,
     )
 
 
@@ -145,10 +150,10 @@ def _run(
     customer_id, period = marker.customer_id, marker.billing_period
     # 1. read
     with ctx.pool.connection() as conn, conn.transaction():
-        existing = store.invoices.current_invoice(conn, customer_id, period)
-        holds = [] if existing else store.holds.open_holds(conn, customer_id, period)
-        customer = store.usage.get_customer(conn, customer_id)
-        lines = store.usage.usage_before(
+        existing = ctx.stores.invoices.current_invoice(conn, customer_id, period)
+        holds = [] if existing else ctx.stores.holds.open_holds(conn, customer_id, period)
+        customer = ctx.stores.usage.get_customer(conn, customer_id)
+        lines = ctx.stores.usage.usage_before(
             conn,
             customer_id,
             period,
@@ -214,14 +219,15 @@ def _run(
         invoices_topic=ctx.invoices_topic,
         source=EVENT_SOURCE,
         lease_fencing_token=marker.lease_fencing_token,
-        after=lambda conn, issued: store.closes.record_close(
+        after=lambda conn, issued: ctx.stores.closes.record_close(
             conn, marker, "invoiced", issued.invoice_id
         ),
+        stores=ctx.stores,
     )
     if isinstance(result, NotIssued):
         # Someone (a previous owner, a redelivery) wrote it; the number was given back.
         with ctx.pool.connection() as conn:
-            existing = store.invoices.current_invoice(conn, customer_id, period)
+            existing = ctx.stores.invoices.current_invoice(conn, customer_id, period)
         _record_close(
             ctx, marker, token, "already_invoiced", existing.invoice_id if existing else None
         )

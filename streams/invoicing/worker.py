@@ -45,12 +45,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-from psycopg_pool import ConnectionPool
+from confluent_kafka import KafkaException, TopicPartition
 
 from streams import topics
 from streams.adapters.kafka import Record, group_metadata, record_of
-from streams.billing import fencing, rows, store
+from streams.billing import fencing, rows
 from streams.billing.commit import CommitPoint, write_fenced
 from streams.billing.dead_letters import (
     DeadLetterError,
@@ -60,7 +59,8 @@ from streams.billing.dead_letters import (
     period_of,
 )
 from streams.billing.metrics import CLAIMS_REFUSED, FENCING_REFUSALS
-from streams.billing.ports import TaxService
+from streams.billing.ports import Database, KafkaSink, KafkaSource, TaxService
+from streams.billing.stores import POSTGRES, Stores
 from streams.domain.codec import decode
 from streams.domain.errors import InvalidEvent
 from streams.domain.events import BillingPeriodClosed, CustomerUpserted, UsageRecorded
@@ -102,11 +102,14 @@ class InvoicingWorker:
     Args:
         settings: the settings (topics from ``kafka.topic_prefix``; group from
             ``worker.invoicing_group``; ``worker.batch_size``, ``worker.max_jobs``).
-        pool: PostgreSQL pool of the application role (``max_jobs + 2`` connections).
+        pool: PostgreSQL pool of the application role (``max_jobs + 2`` connections),
+            or another :class:`~streams.billing.ports.Database` with its ``stores``.
         tax: the tax service.
         consumer: a consumer of group ``worker.invoicing_group`` (manual commits,
             cooperative-sticky); this worker subscribes and closes it.
         producer: for the dead-letter topic; this worker flushes it on shutdown.
+        stores: the store implementations ``pool``'s connections take (default: the
+            PostgreSQL ones, :data:`streams.billing.stores.POSTGRES`).
         stop: when set, :meth:`run` finishes and returns.
         retry_backoff_s: pause of a partition after a transient failure (seconds).
     """
@@ -115,10 +118,11 @@ class InvoicingWorker:
         self,
         settings: Settings,
         *,
-        pool: ConnectionPool[Any],
+        pool: Database[Any],
         tax: TaxService,
-        consumer: Consumer,
-        producer: Producer,
+        consumer: KafkaSource,
+        producer: KafkaSink,
+        stores: Stores[Any] = POSTGRES,
         stop: threading.Event | None = None,
         retry_backoff_s: float = 2.0,
     ) -> None:
@@ -128,13 +132,16 @@ class InvoicingWorker:
         self.topic = topics.ACCOUNT_EVENTS.with_prefix(prefix).name
         self.invoices_topic = topics.INVOICES.with_prefix(prefix).name
         self.pool = pool
+        self.stores = stores
         self.consumer = consumer
         self.producer = producer
         self.commit_point = CommitPoint(self.consumer)
         self.dead_letters = DeadLetters(
             self.producer, topics.ACCOUNT_EVENTS_DLQ.with_prefix(prefix).name, self.group_id
         )
-        self.jobs_ctx = JobContext(pool=pool, tax=tax, invoices_topic=self.invoices_topic)
+        self.jobs_ctx = JobContext(
+            pool=pool, tax=tax, invoices_topic=self.invoices_topic, stores=stores
+        )
         self.executor = ThreadPoolExecutor(
             max_workers=settings.worker.max_jobs, thread_name_prefix="invoice-job"
         )
@@ -161,7 +168,7 @@ class InvoicingWorker:
 
     # ------------------------------------------------------------------ rebalance callbacks
 
-    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    def _on_assign(self, consumer: KafkaSource, partitions: list[TopicPartition]) -> None:
         if not partitions:
             return
         # librdkafka keeps a partition's pause flag across revoke/loss and re-assignment to
@@ -181,7 +188,7 @@ class InvoicingWorker:
         state = self.partitions.setdefault(token.partition, PartitionState(token.partition))
         try:
             with self.pool.connection() as conn:
-                fencing.claim(conn, token)
+                self.stores.fences.claim(conn, token)
         except fencing.ClaimRefused as exc:
             CLAIMS_REFUSED.inc()
             self.stats["claims_refused"] += 1
@@ -207,10 +214,10 @@ class InvoicingWorker:
             token.member_id,
         )
 
-    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    def _on_revoke(self, consumer: KafkaSource, partitions: list[TopicPartition]) -> None:
         self._release(partitions, "revoked")
 
-    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    def _on_lost(self, consumer: KafkaSource, partitions: list[TopicPartition]) -> None:
         self._release(partitions, "lost")
 
     def _release(self, partitions: list[TopicPartition], how: str) -> None:
@@ -490,8 +497,8 @@ class InvoicingWorker:
 
         def work(conn: Any) -> list[rows.UsageConflict]:
             for event_id, data, source in batch.customers:
-                store.usage.upsert_customer(conn, event_id, data, source)
-            conflicts = store.usage.insert_usage(conn, batch.usage)
+                self.stores.usage.upsert_customer(conn, event_id, data, source)
+            conflicts = self.stores.usage.insert_usage(conn, batch.usage)
             originals = {m.offset: m for m in batch.messages}
             for conflict in conflicts:
                 record = conflict.record
@@ -511,11 +518,11 @@ class InvoicingWorker:
                     }
                 )
             for hold in batch.holds:
-                store.holds.record_hold(conn, **hold)
+                self.stores.holds.record_hold(conn, **hold)
             return conflicts
 
         try:
-            conflicts = write_fenced(self.pool, token, work)
+            conflicts = write_fenced(self.pool, token, work, stores=self.stores)
         except fencing.Fenced as exc:
             self._fenced(partition, "records", exc)
             return False
@@ -699,7 +706,7 @@ class InvoicingWorker:
             )
 
             def work(conn: Any) -> None:
-                store.holds.record_hold(
+                self.stores.holds.record_hold(
                     conn,
                     customer_id=marker.customer_id,
                     billing_period=marker.billing_period,
@@ -707,9 +714,9 @@ class InvoicingWorker:
                     event_id=marker.event_id,
                     source=marker.source,
                 )
-                store.closes.record_close(conn, marker, "held", None)
+                self.stores.closes.record_close(conn, marker, "held", None)
 
-            write_fenced(self.pool, result.token, work)
+            write_fenced(self.pool, result.token, work, stores=self.stores)
         except fencing.Fenced as exc:
             self._fenced(partition, "invoice", exc)
             return False
