@@ -55,6 +55,14 @@ def status_command(
         out.print(
             _table("late usage (not in the issued invoice; next replay --apply)", view.late_usage)
         )
+        if view.late_metered:
+            out.print(
+                _table(
+                    "late metered usage (read after the issued revision's close; next replay "
+                    "--apply)",
+                    view.late_metered,
+                )
+            )
         out.print(_table("partition fences", view.fences))
         lag = Table(title="pipeline")
         lag.add_column("what")

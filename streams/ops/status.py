@@ -1,6 +1,7 @@
 """``invoicing status``: one view of what the pipeline is doing and what needs an operator.
 
-Reads PostgreSQL (invoices, emails, holds, fences, late usage, outbox), Kafka
+Reads PostgreSQL (invoices, emails, holds — a dead-lettered record's or a rating
+gap's, late usage and late metered usage, fences, outbox), Kafka
 (consumer-group lag, dead-letter topic size) and Connect (the outbox
 connector's state). Each part degrades to "unavailable: <reason>" rather than
 failing the whole view.
@@ -52,6 +53,8 @@ class StatusView:
     periods: list[dict[str, Any]] = field(default_factory=list)
     holds: list[dict[str, Any]] = field(default_factory=list)
     late_usage: list[dict[str, Any]] = field(default_factory=list)
+    #: metered events read after the close point of an issued revision (per customer, period)
+    late_metered: list[dict[str, Any]] = field(default_factory=list)
     fences: list[dict[str, Any]] = field(default_factory=list)
     lag: dict[str, Any] = field(default_factory=dict)
     dead_letters: int | str = 0
@@ -87,6 +90,25 @@ def late_usage_summary(
         row["amount"] += line.amount
         row["after_close"] += int(line.after_close)
     return list(groups.values())
+
+
+def late_metered_summary(
+    conn: psycopg.Connection[Any], period: str | None = None
+) -> list[dict[str, Any]]:
+    """Late metered usage per (customer, period): ``usage.metered`` events read after the
+    close point of the issued revision (:func:`streams.billing.store.metering.late_metered`);
+    the next replay --apply rates them."""
+    from streams.billing.store.metering import late_metered
+
+    return [
+        {
+            "customer_id": row.customer_id,
+            "billing_period": row.billing_period,
+            "invoice": row.invoice_number,
+            "metered_events": row.events,
+        }
+        for row in late_metered(conn, period)
+    ]
 
 
 def _periods(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
@@ -225,6 +247,7 @@ def collect(settings: Settings, sources: StatusSources) -> StatusView:
             view.periods = _periods(conn)
             view.holds = _open_holds(conn)
             view.late_usage = late_usage_summary(conn)
+            view.late_metered = late_metered_summary(conn)
             view.fences = _fences(conn)
             view.outbox = _outbox(conn)
     except psycopg.Error as exc:
@@ -258,6 +281,10 @@ def collect(settings: Settings, sources: StatusSources) -> StatusView:
     if view.late_usage:
         view.problems.append(
             f"{len(view.late_usage)} (customer, period) with late usage: run replay"
+        )
+    if view.late_metered:
+        view.problems.append(
+            f"{len(view.late_metered)} (customer, period) with late metered usage: run replay"
         )
     if isinstance(view.dead_letters, int) and view.dead_letters:
         view.problems.append(f"{view.dead_letters} record(s) in the dead-letter topic")

@@ -65,6 +65,7 @@ __all__ = [
     "stored_charges",
     "stored_invoice",
     "stored_invoice_lines",
+    "stored_offsets",
     "stored_rating",
     "supersede",
 ]
@@ -323,6 +324,14 @@ def stored_charges(conn: psycopg.Connection[Any], invoice_id: str) -> list[Store
             "WHERE invoice_id = %s ORDER BY line_no",
             (invoice_id,),
         ).fetchall()
+
+
+def stored_offsets(conn: psycopg.Connection[Any], invoice_id: str) -> tuple[int | None, int | None]:
+    """``(first_offset, last_offset)`` of invoice revision ``invoice_id`` (None, None: unknown)."""
+    found = conn.execute(
+        "SELECT first_offset, last_offset FROM invoices WHERE invoice_id = %s", (invoice_id,)
+    ).fetchone()
+    return (None, None) if found is None else (found[0], found[1])
 
 
 def stored_rating(conn: psycopg.Connection[Any], invoice_id: str) -> RatingSummary | None:

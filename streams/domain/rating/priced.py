@@ -63,7 +63,7 @@ from streams.domain.rating import _exact
 from streams.domain.rating.rate import ChargeLine, PassThroughLine, RatedInvoice
 from streams.domain.rating.segments import Segment
 
-__all__ = ["charge_summary", "is_rated", "priced_invoice", "segment_summary"]
+__all__ = ["charge_summary", "is_rated", "largest_lines", "priced_invoice", "segment_summary"]
 
 
 def _days(ranges: Sequence[tuple[date, date]]) -> tuple[DayRange, ...]:
@@ -174,6 +174,37 @@ def _merge_sources(
     )
 
 
+def largest_lines(
+    charges: Sequence[ChargeSummary], lines: Sequence[UsageLine], largest: int = 5
+) -> tuple[LineSummary, ...]:
+    """The ``largest`` lines of a rated invoice by absolute amount, charges and usage
+    lines together (ties: line id / event id), as :class:`LineSummary`."""
+    ranked: list[tuple[Decimal, str, LineSummary]] = [
+        (
+            -abs(c.amount),
+            c.line_id,
+            LineSummary(
+                description=c.description, amount=c.amount, quantity=c.quantity, unit=c.unit
+            ),
+        )
+        for c in charges
+    ] + [
+        (
+            -abs(line.amount),
+            line.event_id,
+            LineSummary(
+                description=describe_line(line),
+                amount=line.amount,
+                quantity=line.quantity,
+                unit=line.unit,
+            ),
+        )
+        for line in lines
+    ]
+    ranked.sort(key=lambda item: (item[0], item[1]))
+    return tuple(summary for _, _, summary in ranked[: max(0, largest)])
+
+
 def priced_invoice(
     rated: RatedInvoice,
     *,
@@ -213,29 +244,6 @@ def priced_invoice(
         )
     if not is_rated(rated):
         return base  # pure pass-through: exactly today's invoice
-    ranked: list[tuple[Decimal, str, LineSummary]] = [
-        (
-            -abs(c.amount),
-            c.line_id,
-            LineSummary(
-                description=c.description, amount=c.amount, quantity=c.quantity, unit=c.unit
-            ),
-        )
-        for c in charges
-    ] + [
-        (
-            -abs(line.amount),
-            line.event_id,
-            LineSummary(
-                description=describe_line(line),
-                amount=line.amount,
-                quantity=line.quantity,
-                unit=line.unit,
-            ),
-        )
-        for line in billed
-    ]
-    ranked.sort(key=lambda item: (item[0], item[1]))
     rating = RatingSummary(
         segments=tuple(segment_summary(s) for s in rated.segments),
         metered_events=metered_events,
@@ -246,7 +254,7 @@ def priced_invoice(
         currency=rated.currency,
         lines=base.lines,
         subtotal=subtotal,
-        largest_lines=tuple(summary for _, _, summary in ranked[: max(0, largest)]),
+        largest_lines=largest_lines(charges, billed, largest),
         source=_merge_sources(source_ranges(billed), metered_source),
         charges=charges,
         rating=rating,
