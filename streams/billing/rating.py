@@ -38,7 +38,7 @@ import psycopg
 from streams.billing import store
 from streams.billing.rows import CloseMarker
 from streams.domain.events import SourceRange, SubscriptionEvent
-from streams.domain.invoice import PricedInvoice, UsageLine
+from streams.domain.invoice import PricedInvoice, UsageLine, price_invoice
 from streams.domain.rating import (
     MeteredEvent,
     PriceBook,
@@ -166,12 +166,19 @@ class Rated:
 def rate_period(inputs: PeriodInputs) -> Rated:
     """Rate ``inputs`` with the one rating function and price the result.
 
+    The pre-priced lines first go through the rules they always had
+    (:func:`~streams.domain.invoice.price_invoice`: every line in the customer's
+    currency, no duplicate event id): a line that breaks one is bad *data*, refused
+    as before rating existed (the invoice job dead-letters the marker and holds the
+    customer; the replay reports the customer failed), not a gap in the book.
+
     Raises:
         RatingError: inconsistent input (a bug, not a gap: gaps are holds).
         InvoiceRuleViolation: the pre-priced lines break an invoice rule.
         UnknownCurrency: the customer's currency is not one we bill in.
     """
     started = time.perf_counter()
+    price_invoice(inputs.pass_through, currency=inputs.currency)
     rated = rate_events(
         inputs.period,
         currency=inputs.currency,
