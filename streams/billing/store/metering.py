@@ -176,12 +176,24 @@ def insert_subscriptions(
 # --------------------------------------------------------------------------- reads
 
 
+_EMPTY: Mapping[str, str] = {}
+
+
+def _text_map(text: str) -> Mapping[str, str]:
+    # Most events carry empty maps: skip the JSON parser for them (measured: parsing two
+    # jsonb columns was 60 % of reading a customer's month of metered events).
+    if text == "{}":
+        return _EMPTY
+    loaded: dict[str, str] = json.loads(text)
+    return loaded
+
+
 def _metered(
     event_id: str,
     metric: str,
     event_time: datetime,
-    properties: Mapping[str, str],
-    decimals: Mapping[str, str],
+    properties: str,
+    decimals: str,
     source_offset: int,
 ) -> tuple[MeteredEvent, int]:
     return (
@@ -189,8 +201,8 @@ def _metered(
             event_id,
             metric,
             event_time,
-            properties,
-            {name: Decimal(text) for name, text in decimals.items()},
+            _text_map(properties),
+            {name: Decimal(text) for name, text in _text_map(decimals).items()},
         ),
         int(source_offset),
     )
@@ -219,7 +231,7 @@ def metered_before(
     with conn.cursor(row_factory=args_row(_metered)) as cur:
         found = cur.execute(
             """
-            SELECT event_id, metric, event_time, properties, decimals, source_offset
+            SELECT event_id, metric, event_time, properties::text, decimals::text, source_offset
               FROM metered_usage
              WHERE customer_id = %s AND billing_period = %s
                AND source_topic = %s AND source_partition = %s AND source_offset < %s
