@@ -114,8 +114,12 @@ def late_metered_summary(
 def _periods(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
     rows = conn.execute(
         """
-        WITH u AS (SELECT billing_period, count(*) AS lines, count(DISTINCT customer_id) AS customers
-                     FROM usage_lines GROUP BY billing_period),
+        WITH u AS (SELECT billing_period, count(*) AS lines FROM usage_lines GROUP BY billing_period),
+             m AS (SELECT billing_period, count(*) AS events FROM metered_usage GROUP BY billing_period),
+             k AS (SELECT billing_period, count(DISTINCT customer_id) AS customers
+                     FROM (SELECT billing_period, customer_id FROM usage_lines
+                           UNION ALL SELECT billing_period, customer_id FROM metered_usage) b
+                    GROUP BY billing_period),
              i AS (SELECT billing_period,
                           count(*) FILTER (WHERE status = 'issued') AS issued,
                           count(*) FILTER (WHERE status = 'superseded') AS superseded,
@@ -128,11 +132,13 @@ def _periods(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
                           count(*) FILTER (WHERE d.status = 'sending') AS sending
                      FROM email_deliveries d JOIN invoices i ON i.invoice_id = d.document_id
                     GROUP BY i.billing_period)
-        SELECT p.billing_period, coalesce(u.customers, 0), coalesce(u.lines, 0), coalesce(i.issued, 0),
-               coalesce(i.superseded, 0), coalesce(c.credit_notes, 0), coalesce(i.total, 0),
-               coalesce(e.sent, 0), coalesce(e.skipped, 0), coalesce(e.sending, 0)
-          FROM (SELECT billing_period FROM u UNION SELECT billing_period FROM i) p
-          LEFT JOIN u USING (billing_period) LEFT JOIN i USING (billing_period)
+        SELECT p.billing_period, coalesce(k.customers, 0), coalesce(u.lines, 0), coalesce(m.events, 0),
+               coalesce(i.issued, 0), coalesce(i.superseded, 0), coalesce(c.credit_notes, 0),
+               coalesce(i.total, 0), coalesce(e.sent, 0), coalesce(e.skipped, 0), coalesce(e.sending, 0)
+          FROM (SELECT billing_period FROM u UNION SELECT billing_period FROM m
+                UNION SELECT billing_period FROM i) p
+          LEFT JOIN u USING (billing_period) LEFT JOIN m USING (billing_period)
+          LEFT JOIN k USING (billing_period) LEFT JOIN i USING (billing_period)
           LEFT JOIN c USING (billing_period) LEFT JOIN e USING (billing_period)
          ORDER BY 1
         """
@@ -141,6 +147,7 @@ def _periods(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
         "period",
         "customers",
         "usage_lines",
+        "metered_events",
         "invoices",
         "superseded",
         "credit_notes",
