@@ -46,6 +46,7 @@ if TYPE_CHECKING:  # imported when called: the demo and the drill pull in the fa
     from streams.demo.run import DemoClients
     from streams.drill.run import DrillClients
     from streams.email.sender import EmailSender
+    from streams.importers.price_book import PublishSummary
     from streams.invoicing.worker import InvoicingWorker
     from streams.replay.report import ReplayReport
     from streams.replay.run import ReplayClients
@@ -238,6 +239,19 @@ def run_close_period(
             holder=holder,
             scan_margin=scan_margin,
             lease_key_prefix=lease_key_prefix,
+        )
+
+
+def run_publish_price_book(path: Path, settings: Settings, *, published_by: str) -> PublishSummary:
+    """:func:`streams.importers.price_book.publish_price_book` with a pool of 1 connection
+    (``plans-publish``, closed after) and a new :func:`producer` (flushed by it). Same errors."""
+    from streams.importers.price_book import publish_price_book
+
+    with contextlib.closing(
+        postgres_pool(settings, name="plans-publish", min_size=1, max_size=1)
+    ) as pool:
+        return publish_price_book(
+            path, settings, pool=pool, producer=producer(settings), published_by=published_by
         )
 
 

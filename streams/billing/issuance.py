@@ -16,7 +16,9 @@ this order:
    note (``ON CONFLICT DO NOTHING``; ``credit_notes.invoice_id`` is unique) and
    the credited revision ``issued`` → ``superseded``;
 4. a gapless ``INV-<period>`` number and ``INSERT … ON CONFLICT DO NOTHING`` of
-   the invoice and its lines (:func:`streams.billing.store.invoices.insert_invoice`);
+   the invoice and its lines (:func:`streams.billing.store.invoices.insert_invoice`):
+   usage lines in ``invoice_lines``, a rated invoice's charge lines in
+   ``invoice_charges`` and its rating summary in ``invoices.rating``;
 5. the outbox rows — ``credit_note.issued`` (with a correction), then
    ``invoice.issued`` — written **only when the invoice row was new**, with
    deterministic ids (``deterministic_id("outbox", <type>, <document id>)``) so
@@ -209,7 +211,8 @@ def issue(
 
 
 def invoice_issued(draft: InvoiceDraft, number: str, issued_at: datetime) -> InvoiceIssued:
-    """The ``invoice.issued`` event of a draft (DESIGN §2 "Topics")."""
+    """The ``invoice.issued`` event of a draft (DESIGN §2 "Topics"); a rated invoice's
+    event also carries its charge lines and rating summary (absent otherwise)."""
     totals = draft.totals
     return InvoiceIssued(
         invoice_id=draft.invoice_id,
@@ -229,6 +232,8 @@ def invoice_issued(draft: InvoiceDraft, number: str, issued_at: datetime) -> Inv
         issued_at=issued_at,
         supersedes_invoice_id=draft.supersedes_invoice_id,
         source=totals.source,
+        charges=totals.charges if totals.rating is not None else None,
+        rating=totals.rating,
     )
 
 

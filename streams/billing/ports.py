@@ -80,15 +80,20 @@ from streams.billing.rows import (
     IssuedInvoice,
     LateUsage,
     LockedInvoice,
+    MeteredRecord,
+    RecordConflict,
     SourceCoordinates,
     StoredInvoice,
     StoredInvoiceLine,
+    SubscriptionRecord,
     UsageConflict,
     UsageRecord,
 )
 from streams.billing.store.invoices import Document, OutboxEvent, UnsentInvoice
-from streams.domain.events import CustomerUpserted, EventData
+from streams.billing.store.metering import MeteredRead
+from streams.domain.events import CustomerUpserted, EventData, SubscriptionEvent
 from streams.domain.invoice import TaxedLine, TaxLine, UsageLine
+from streams.domain.rating import PriceBook
 
 __all__ = [
     "CloseStore",
@@ -102,6 +107,8 @@ __all__ = [
     "KafkaSink",
     "KafkaSource",
     "MailTransport",
+    "MeteringStore",
+    "PriceBookStore",
     "Rate",
     "RateKey",
     "RebalanceCallback",
@@ -403,6 +410,36 @@ class CloseStore(Protocol[C]):
         self, conn: C, marker: CloseMarker, outcome: str, invoice_id: str | None
     ) -> None: ...
     def closed_customers(self, conn: C, billing_period: str, topic: str) -> set[str]: ...
+
+
+class MeteringStore(Protocol[C]):
+    """``metered_usage`` and ``subscription_events``, what the worker stores and the
+    invoice job rates (:mod:`streams.billing.store.metering`)."""
+
+    def insert_metered(self, conn: C, records: Sequence[MeteredRecord]) -> list[RecordConflict]: ...
+    def insert_subscriptions(
+        self, conn: C, records: Sequence[SubscriptionRecord]
+    ) -> list[RecordConflict]: ...
+    def metered_before(
+        self,
+        conn: C,
+        customer_id: str,
+        billing_period: str,
+        topic: str,
+        partition: int,
+        before_offset: int,
+    ) -> MeteredRead: ...
+    def subscriptions_before(
+        self, conn: C, customer_id: str, topic: str, partition: int, before_offset: int
+    ) -> list[SubscriptionEvent]: ...
+
+
+class PriceBookStore(Protocol[C]):
+    """The published price book (``billable_metrics``, ``plan_versions``;
+    :mod:`streams.billing.store.pricing`), as the invoice job reads it."""
+
+    def book_fingerprint(self, conn: C) -> tuple[int, int]: ...
+    def published_book(self, conn: C) -> PriceBook: ...
 
 
 class FenceStore(Protocol[C]):

@@ -18,8 +18,15 @@ from datetime import datetime
 from decimal import Decimal
 from typing import TypedDict
 
-from streams.domain.events import UsageRecorded
+from streams.domain.events import (
+    EventData,
+    SubscriptionEnded,
+    SubscriptionEvent,
+    UsageMetered,
+    UsageRecorded,
+)
 from streams.domain.invoice import InvoiceTotals, TaxedLine, UsageLine
+from streams.domain.periods import BillingPeriod
 
 __all__ = [
     "CloseMarker",
@@ -32,9 +39,12 @@ __all__ = [
     "IssuedInvoice",
     "LateUsage",
     "LockedInvoice",
+    "MeteredRecord",
+    "RecordConflict",
     "SourceCoordinates",
     "StoredInvoice",
     "StoredInvoiceLine",
+    "SubscriptionRecord",
     "UsageConflict",
     "UsageRecord",
     "payload_hash",
@@ -50,8 +60,9 @@ class SourceCoordinates:
     offset: int
 
 
-def payload_hash(data: UsageRecorded) -> str:
-    """SHA-256 of the event data's canonical JSON: equal facts, equal hash."""
+def payload_hash(data: EventData) -> str:
+    """SHA-256 of the event data's canonical JSON: equal facts, equal hash (decimals of
+    ``usage.metered`` are canonical, so ``"10"`` and ``"10.0"`` hash alike)."""
     canonical = json.dumps(data.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
 
@@ -67,6 +78,60 @@ class UsageRecord:
     @property
     def payload_sha256(self) -> str:
         return payload_hash(self.data)
+
+
+@dataclass(frozen=True)
+class MeteredRecord:
+    """A ``usage.metered`` event and where it was read, ready to be stored
+    (``metered_usage``; its period is the UTC month of ``event_time``)."""
+
+    event_id: str
+    data: UsageMetered
+    source: SourceCoordinates
+
+    @property
+    def payload_sha256(self) -> str:
+        return payload_hash(self.data)
+
+    @property
+    def billing_period(self) -> str:
+        return str(BillingPeriod.of(self.data.event_time))
+
+
+@dataclass(frozen=True)
+class SubscriptionRecord:
+    """A ``subscription.*`` event and where it was read (``subscription_events``)."""
+
+    event_id: str
+    data: SubscriptionEvent
+    source: SourceCoordinates
+
+    @property
+    def payload_sha256(self) -> str:
+        return payload_hash(self.data)
+
+    @property
+    def plan(self) -> tuple[str | None, int | None]:
+        """``(plan code, version)``; ``(None, None)`` for ``subscription.ended``."""
+        if isinstance(self.data, SubscriptionEnded):
+            return None, None
+        return self.data.plan_code, self.data.plan_version
+
+
+@dataclass(frozen=True)
+class RecordConflict:
+    """A metered or subscription event id already stored with a different payload
+    (never overwritten): the record refused, the stored payload's hash and where the
+    stored one was read. ``billing_period`` is what the hold names (None: every
+    period, for a subscription event)."""
+
+    record: MeteredRecord | SubscriptionRecord
+    stored_sha256: str
+    stored_source: SourceCoordinates
+
+    @property
+    def billing_period(self) -> str | None:
+        return self.record.billing_period if isinstance(self.record, MeteredRecord) else None
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,15 @@ import psycopg
 
 from streams.billing import fencing, store
 from streams.billing.fencing import Fence, FencingToken, LeaseFence
-from streams.billing.ports import CloseStore, FenceStore, HoldStore, InvoiceStore, UsageStore
+from streams.billing.ports import (
+    CloseStore,
+    FenceStore,
+    HoldStore,
+    InvoiceStore,
+    MeteringStore,
+    PriceBookStore,
+    UsageStore,
+)
 
 __all__ = ["POSTGRES", "Stores"]
 
@@ -44,6 +52,8 @@ class Stores(Generic[C]):
     holds: HoldStore[C]
     closes: CloseStore[C]
     fences: FenceStore[C]
+    metering: MeteringStore[C]
+    pricing: PriceBookStore[C]
 
     def check(self, conn: C, fence: Fence) -> None:
         """``fence``'s check with these stores, inside the caller's open transaction:
@@ -69,4 +79,6 @@ POSTGRES: Stores[psycopg.Connection[Any]] = Stores(
     holds=store.holds,
     closes=store.closes,
     fences=fencing,
+    metering=store.metering,
+    pricing=store.pricing,
 )

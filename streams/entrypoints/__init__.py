@@ -12,6 +12,7 @@ module             commands
 ``topics``         ``topics create|list``: the registry's topics
 ``connectors``     ``connectors apply|status``: the Debezium outbox connector
 ``imports``        ``import focus``: a FOCUS CSV into the account events
+``plans``          ``plans validate|publish|list``: the price book (PostgreSQL + its topic)
 ``close``          ``close-period``: a close marker per customer with usage
 ``worker``         ``worker invoicing|email``: the stream processors
 ``replay``         ``replay``: re-read a period, report or correct the differences

@@ -19,6 +19,7 @@ from streams.entrypoints import (
     drill,
     imports,
     ops,
+    plans,
     replay,
     schemas,
     stack,
@@ -51,6 +52,7 @@ app.add_typer(stack.app, name="stack")
 app.add_typer(db.app, name="db")
 app.add_typer(topics.app, name="topics")
 app.add_typer(imports.app, name="import")
+app.add_typer(plans.app, name="plans")
 app.add_typer(worker.app, name="worker")
 app.add_typer(connectors.app, name="connectors")
 app.add_typer(schemas.app, name="schemas")

@@ -18,7 +18,10 @@ from streams.topics import ACCOUNT_EVENTS, INVOICES
 #: Wide when not a terminal, so piped status output keeps its columns.
 out = Console(width=None if Console().is_terminal else 160)
 
-holds_app = typer.Typer(help="Invoices held because of dead-lettered input.", no_args_is_help=True)
+holds_app = typer.Typer(
+    help="Invoices held because of dead-lettered input or a gap in the price book.",
+    no_args_is_help=True,
+)
 fences_app = typer.Typer(help="Partition fencing tokens (partition_fences).", no_args_is_help=True)
 outbox_app = typer.Typer(help="The transactional outbox.", no_args_is_help=True)
 
@@ -55,6 +58,14 @@ def status_command(
         out.print(
             _table("late usage (not in the issued invoice; next replay --apply)", view.late_usage)
         )
+        if view.late_metered:
+            out.print(
+                _table(
+                    "late metered usage (read after the issued revision's close; next replay "
+                    "--apply)",
+                    view.late_metered,
+                )
+            )
         out.print(_table("partition fences", view.fences))
         lag = Table(title="pipeline")
         lag.add_column("what")

@@ -16,7 +16,9 @@ drop events without an error. So:
 
 A republish needs the original payload: within retention it is copied from the
 outbox; after pruning, an invoice's event is rebuilt from its stored rows
-(:func:`streams.billing.issuance.invoice_issued` over the invoice and its lines).
+(:func:`streams.billing.issuance.invoice_issued` over the invoice and its lines;
+a rated invoice's charge lines from ``invoice_charges`` and its rating summary
+from ``invoices.rating``).
 """
 
 from __future__ import annotations
@@ -35,7 +37,10 @@ from confluent_kafka import Consumer, TopicPartition
 from streams.adapters.kafka import record_of
 from streams.billing import rows, store
 from streams.billing.issuance import invoice_issued
-from streams.domain.invoice import TaxedLine, UsageLine, compute_invoice
+from streams.domain.events import SourceRange
+from streams.domain.invoice import PricedInvoice, TaxedLine, UsageLine, apply_tax, compute_invoice
+from streams.domain.money import round_money
+from streams.domain.rating.priced import largest_lines
 
 #: CloudEvents ``source`` of republished events.
 SOURCE = "/ops/reconcile"
@@ -195,7 +200,36 @@ def _rebuild_invoice_event(
         TaxedLine(line_id=line.event_id, tax_code=line.tax_code, rate=line.tax_rate, tax=line.tax)
         for line in stored
     ]
-    totals = compute_invoice(lines, taxed, currency=currency)
+    rating = store.invoices.stored_rating(conn, invoice_id)
+    if rating is None:
+        totals = compute_invoice(lines, taxed, currency=currency)
+    else:  # a rated invoice: its charge lines and rating summary too
+        charges = store.invoices.stored_charges(conn, invoice_id)
+        taxed += [
+            TaxedLine(line_id=c.detail.line_id, tax_code=c.tax_code, rate=c.tax_rate, tax=c.tax)
+            for c in charges
+        ]
+        first, last = store.invoices.stored_offsets(conn, invoice_id)
+        summaries = tuple(c.detail for c in charges)
+        priced = PricedInvoice(
+            currency=currency,
+            lines=tuple(lines),
+            subtotal=round_money(rating.exact_total, currency),
+            largest_lines=largest_lines(summaries, lines),
+            source=()
+            if first is None or last is None
+            else (
+                SourceRange(
+                    topic=head.source_topic,
+                    partition=head.source_partition,
+                    first_offset=first,
+                    last_offset=last,
+                ),
+            ),
+            charges=summaries,
+            rating=rating,
+        )
+        totals = apply_tax(priced, taxed)
     marker = rows.CloseMarker(
         head.close_event_id,
         head.customer_id,

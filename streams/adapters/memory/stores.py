@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from streams.adapters.memory import fencing
 from streams.adapters.memory.database import MemoryConnection
-from streams.adapters.memory.store import closes, holds, invoices, usage
+from streams.adapters.memory.store import closes, holds, invoices, metering, pricing, usage
 from streams.billing.stores import Stores
 
 __all__ = ["MEMORY"]
@@ -24,4 +24,6 @@ MEMORY: Stores[MemoryConnection] = Stores(
     holds=holds,
     closes=closes,
     fences=fencing,
+    metering=metering,
+    pricing=pricing,
 )

@@ -8,6 +8,10 @@ module each, with the same functions taking a
                        (:class:`~streams.billing.ports.InvoiceStore`)
 :mod:`.holds`          ``invoice_holds`` (:class:`~streams.billing.ports.HoldStore`)
 :mod:`.closes`         ``period_closes`` (:class:`~streams.billing.ports.CloseStore`)
+:mod:`.metering`       ``metered_usage``, ``subscription_events``
+                       (:class:`~streams.billing.ports.MeteringStore`)
+:mod:`.pricing`        ``billable_metrics``, ``plan_versions``
+                       (:class:`~streams.billing.ports.PriceBookStore`)
 =====================  ==========================================================
 
 Each function runs as one statement (:meth:`MemoryConnection.statement
@@ -17,6 +21,6 @@ takes) in the caller's transaction. Rows are the frozen dataclasses of
 :mod:`streams.adapters.memory.store.tables`.
 """
 
-from streams.adapters.memory.store import closes, holds, invoices, usage
+from streams.adapters.memory.store import closes, holds, invoices, metering, pricing, usage
 
-__all__ = ["closes", "holds", "invoices", "usage"]
+__all__ = ["closes", "holds", "invoices", "metering", "pricing", "usage"]

@@ -17,6 +17,10 @@ table                    key                                         row
 ``lease_fences``         ``lease_name``                              :class:`LeaseFenceRow`
 ``close_requests``       ``(customer_id, billing_period)``           :class:`CloseRequestRow`
 ``email_deliveries``     ``event_id``                                :class:`~streams.email.store.DeliveryRow`
+``metered_usage``        ``event_id``                                :class:`~streams.billing.rows.MeteredRecord`
+``subscription_events``  ``event_id``                                :class:`~streams.billing.rows.SubscriptionRecord`
+``billable_metrics``     ``metric_code``                             :class:`~streams.domain.events.BillableMetricPublished`
+``plan_versions``        ``(plan_code, plan_version)``               :class:`~streams.domain.events.PlanVersionPublished`
 =======================  ==========================================  ==================
 
 Other unique keys are checked by the store functions that write the table. Rows are
@@ -51,6 +55,10 @@ PARTITION_FENCES = "partition_fences"
 LEASE_FENCES = "lease_fences"
 CLOSE_REQUESTS = "close_requests"
 EMAIL_DELIVERIES = "email_deliveries"
+METERED_USAGE = "metered_usage"
+SUBSCRIPTION_EVENTS = "subscription_events"
+BILLABLE_METRICS = "billable_metrics"
+PLAN_VERSIONS = "plan_versions"
 
 _PERIOD = re.compile(PERIOD_PATTERN)
 
