@@ -94,6 +94,7 @@ from streams.billing.store.metering import MeteredRead
 from streams.domain.events import CustomerUpserted, EventData, SubscriptionEvent
 from streams.domain.invoice import TaxedLine, TaxLine, UsageLine
 from streams.domain.rating import PriceBook
+from streams.domain.rating.published import Entry
 
 __all__ = [
     "CloseStore",
@@ -440,6 +441,7 @@ class PriceBookStore(Protocol[C]):
 
     def book_fingerprint(self, conn: C) -> tuple[int, int]: ...
     def published_book(self, conn: C) -> PriceBook: ...
+    def insert_entries(self, conn: C, entries: list[Entry], *, published_by: str) -> int: ...
 
 
 class FenceStore(Protocol[C]):
