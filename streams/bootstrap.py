@@ -38,6 +38,7 @@ from streams.adapters.tax.cache import RedisTaxCache
 from streams.adapters.tax.client import HttpTaxService
 from streams.billing.ports import TaxService
 from streams.importers.close_period import DEFAULT_SCAN_MARGIN, CloseSummary, close_period
+from streams.importers.events_import import EventsImportSummary, import_events
 from streams.importers.focus_import import FLUSH_TIMEOUT_S, ImportSummary, import_focus
 from streams.ops.status import StatusSources
 from streams.settings import Settings
@@ -199,6 +200,24 @@ def run_import_focus(
     """:func:`streams.importers.focus_import.import_focus` with a new :func:`producer`
     (flushed by the import; a producer has nothing to close). Same errors."""
     return import_focus(
+        path,
+        settings,
+        producer=producer(settings),
+        progress=progress,
+        flush_timeout_s=flush_timeout_s,
+    )
+
+
+def run_import_events(
+    path: Path,
+    settings: Settings,
+    *,
+    progress: bool = True,
+    flush_timeout_s: float = FLUSH_TIMEOUT_S,
+) -> EventsImportSummary:
+    """:func:`streams.importers.events_import.import_events` with a new :func:`producer`.
+    Same errors."""
+    return import_events(
         path,
         settings,
         producer=producer(settings),

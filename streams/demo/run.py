@@ -15,7 +15,6 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from streams.demo.expected import DEFAULT_SAMPLE, Expected, expected_from_file
-from streams.domain.money import round_money
 from streams.sandbox.processes import WorkerGroup
 from streams.settings import Settings
 
@@ -94,12 +93,30 @@ def progress_counts(conn: psycopg.Connection[Any], expected: Expected) -> tuple[
 def reconcile(
     conn: psycopg.Connection[Any], expected: Expected, maildir: Path | None
 ) -> DemoReport:
-    """Compare the invoices with the file's exact sums, and count emails."""
+    """Compare the invoices with the file's exact sums
+    (:func:`streams.ops.focus_reconcile.reconcile_focus`, the comparison of ``invoicing
+    reconcile --focus``), and count emails. Invoices of customers the file does not
+    have are not the demo's (the stack may hold others)."""
+    from streams.ops.focus_reconcile import reconcile_focus
+
     report = DemoReport(unreadable_rows=expected.unreadable)
+    compared = reconcile_focus(conn, expected)
+    for pair in sorted(compared.pairs, key=lambda pair: (pair.customer_id, pair.period)):
+        if pair.verdict == "unexpected" or pair.exact is None or pair.rounded is None:
+            continue
+        report.pairs.append(
+            (pair.customer_id, pair.period, pair.exact, pair.rounded, pair.subtotal)
+        )
+        if pair.verdict == "missing":
+            report.missing.append((pair.customer_id, pair.period))
+        elif pair.verdict == "match":
+            report.matches += 1
+        else:
+            report.mismatches.append((pair.customer_id, pair.period, pair.rounded, pair.subtotal))
     customers = sorted({c for c, _ in expected.sums})
     rows = conn.execute(
         """
-        SELECT i.customer_id, i.billing_period, i.subtotal, i.total, i.currency, i.invoice_id::text,
+        SELECT i.customer_id, i.billing_period, i.total, i.currency, i.invoice_id::text,
                d.status, d.message_id, d.skip_reason
           FROM invoices i
           LEFT JOIN email_deliveries d ON d.document_id = i.invoice_id AND d.document_type = 'invoice'
@@ -107,35 +124,24 @@ def reconcile(
         """,
         (customers, expected.periods),
     ).fetchall()
-    invoices = {(r[0], r[1]): r for r in rows}
+    invoices = {(r[0], r[1]): r for r in rows if (r[0], r[1]) in expected.sums}
     totals: dict[str, Decimal] = defaultdict(Decimal)
-    for key, exact in sorted(expected.sums.items()):
-        currency = expected.currency[key]
-        want = round_money(exact, currency)
-        row = invoices.get(key)
-        report.pairs.append((key[0], key[1], exact, want, row[2] if row else None))
-        if row is None:
-            report.missing.append(key)
-            continue
-        if row[2] == want:
-            report.matches += 1
-        else:
-            report.mismatches.append((key[0], key[1], want, row[2]))
-        totals[row[4].strip()] += row[3]
-        if row[6] == "sent":
+    for _key, row in sorted(invoices.items()):
+        totals[row[3].strip()] += row[2]
+        if row[5] == "sent":
             report.emails_sent += 1
-        elif row[6] == "skipped" and row[8] == "zero_total":
+        elif row[5] == "skipped" and row[7] == "zero_total":
             report.emails_skipped_zero_total += 1
         else:  # refused by SMTP, not renderable, or not settled before the timeout
-            state = f"{row[6]} ({row[8]})" if row[6] else "no delivery recorded"
-            report.emails_not_sent.append((row[5], state))
+            state = f"{row[5]} ({row[7]})" if row[5] else "no delivery recorded"
+            report.emails_not_sent.append((row[4], state))
     report.invoices = len(invoices)
     report.customers = len({c for c, _ in invoices})
     report.total_by_currency = dict(totals)
     if maildir is not None and maildir.exists():
         from streams.adapters.maildir import count_by_header
 
-        message_ids = {r[7] for r in rows if r[6] == "sent"}
+        message_ids = {r[6] for r in invoices.values() if r[5] == "sent"}
         counts = count_by_header(maildir, "Message-ID")
         report.duplicate_emails = sum(max(0, counts.get(mid, 0) - 1) for mid in message_ids)
         missing_in_sink = [mid for mid in message_ids if counts.get(mid, 0) == 0]

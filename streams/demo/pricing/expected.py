@@ -5,7 +5,7 @@ as :mod:`streams.demo.pricing.generator` writes them and ``invoicing import
 events`` reads them) with its own small arithmetic, **without** the rating core
 (:mod:`streams.domain.rating`) or any other module of the project: a bug in the
 core cannot hide itself by being used twice. A unit test enforces the rule
-(``tests/unit/demo/test_pricing_expected.py``). It reads what it needs and checks
+(``tests/unit/test_pricing_expected.py``). It reads what it needs and checks
 little: the core validates the book; this module only has to get the arithmetic
 right on a valid one.
 
