@@ -100,7 +100,11 @@ def as_decimal(value: Fraction) -> Decimal:
     """
     context = Context(prec=400, traps=[Inexact])
     result = context.divide(Decimal(value.numerator), Decimal(value.denominator))
-    return result.normalize(context) if result != 0 else Decimal(0)
+    if result == 0:
+        return Decimal(0)
+    result = result.normalize(context)  # no trailing zeros; but 90 became 9E+1:
+    exponent = result.as_tuple().exponent
+    return result.quantize(Decimal(1)) if isinstance(exponent, int) and exponent > 0 else result
 
 
 # --------------------------------------------------------------------------- the book
@@ -153,7 +157,9 @@ def load_book(text: str) -> Book:
         KeyError, ValueError: a field this module needs is missing or malformed
             (validate the book with the core first: ``invoicing plans validate``).
     """
-    doc = yaml.load(text, Loader=yaml.BaseLoader)  # only str, list and dict
+    # BaseLoader resolves no tag: every scalar stays a str (also dates, nulls, numbers).
+    loader = getattr(yaml, "CBaseLoader", yaml.BaseLoader)  # the C one when libyaml is there
+    doc = yaml.load(text, Loader=loader)  # builds only str, list and dict
     metrics = {}
     for raw in doc["metrics"]:
         metrics[raw["code"]] = Metric(

@@ -473,7 +473,7 @@ class _CustomerEvents:
             reading = storage_milli * 3 // 2 if rng.random() < 0.05 else storage_milli  # a peak
             gauge = "storage_gb" if plan == "growth" else "storage_gb_end"
             self._metered(windows, gauge, {}, {"gb": _decimal(reading, 3)})
-            for _ in range(rng.randint(1, max(1, users // 2))):
+            for _ in range(rng.randint(1, max(1, users // 3))):
                 self._metered(windows, "seats", {"user_id": f"u-{rng.randint(1, users):03d}"}, {})
             if plan == "growth":
                 growth_days.append(day)
