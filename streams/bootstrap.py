@@ -44,6 +44,7 @@ from streams.ops.status import StatusSources
 from streams.settings import Settings
 
 if TYPE_CHECKING:  # imported when called: the demo and the drill pull in the fake services
+    from streams.demo.pricing.run import PricingDemoClients
     from streams.demo.run import DemoClients
     from streams.drill.run import DrillClients
     from streams.email.sender import EmailSender
@@ -279,6 +280,17 @@ def demo_clients() -> DemoClients:
 
     return DemoClients(
         import_focus=run_import_focus, close_period=run_close_period, database=connection
+    )
+
+
+def pricing_demo_clients() -> PricingDemoClients:
+    """What ``invoicing demo --scenario pricing`` runs through
+    (:class:`streams.demo.pricing.run.PricingDemoClients`; the price book is published by
+    the ``invoicing plans publish`` command, run as a process)."""
+    from streams.demo.pricing.run import PricingDemoClients
+
+    return PricingDemoClients(
+        import_events=run_import_events, close_period=run_close_period, database=connection
     )
 
 
