@@ -25,7 +25,7 @@ verdict         when
 The invoice compared is the **current** revision (``status = 'issued'``; after a
 replay apply, the corrected one). A *pass-through* invoice is one with lines,
 every one of them a pre-priced usage line (its ``event_id`` is a
-``usage_lines`` row): rated invoices (plans, :mod:`streams.domain.rating`) are
+``usage_lines`` row), and no rated charge line (``invoice_charges``): rated invoices (plans, :mod:`streams.domain.rating`) are
 not this file's business unless the file names their pair, and then their
 subtotal is compared all the same. Rows of the file that cannot be attributed to
 a pair are listed (``unreadable``) and do not change the verdicts.
@@ -126,17 +126,24 @@ def reconcile_focus(
             rounded).
     """
     periods = expected.periods
+    # Rated charge lines (issue 12's wiring) live in invoice_charges where it exists.
+    found = conn.execute("SELECT to_regclass('invoice_charges') IS NOT NULL").fetchone()
+    no_charges = (
+        "AND NOT EXISTS (SELECT 1 FROM invoice_charges c WHERE c.invoice_id = i.invoice_id)"
+        if found and found[0]
+        else ""
+    )
     rows = conn.execute(
-        """
+        f"""
         SELECT i.customer_id, i.billing_period, i.subtotal, i.currency, i.invoice_number,
                i.line_count > 0 AND NOT EXISTS (
                    SELECT 1 FROM invoice_lines l
                     WHERE l.invoice_id = i.invoice_id
                       AND NOT EXISTS (SELECT 1 FROM usage_lines u WHERE u.event_id = l.event_id)
-               ) AS pass_through
+               ) {no_charges} AS pass_through
           FROM invoices i
          WHERE i.status = 'issued' AND i.billing_period = ANY(%s)
-        """,
+        """,  # the only interpolation: one of two constant fragments
         (periods,),
     ).fetchall()
     invoices = {(r[0], r[1]): r for r in rows}
