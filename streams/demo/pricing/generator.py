@@ -16,8 +16,8 @@ profile         subscriptions (``subscription.*``, ``effective_at``)
 ``new-starter`` starts starter v1 mid-period (a random instant)
 ``upgrade``     starter v1, changes to growth v2 mid-period
 ``migration``   growth v1, moved to growth v2 at midnight mid-period, pass-through
-``churn``       growth v2, ends mid-period
-``new-growth``  starts growth v2 mid-period
+``churn``       growth v2, ends mid-period, little usage (a minimum true-up)
+``new-growth``  starts growth v2 mid-period, little usage (a minimum true-up)
 ``downgrade``   growth v2, changes to starter v1 mid-period
 ``last-day``    starts starter v1 on the last day of the period, in the evening
 ``round-trip``  starter v1 → growth v2 → back to starter v1 within the period
@@ -98,6 +98,8 @@ GROWTH_V2_FROM = date(2024, 7, 1)
 
 #: Profiles that also get pre-priced (pass-through) lines.
 PASS_THROUGH_PROFILES = frozenset({"growth", "migration", "history"})
+#: Growth profiles with little usage, below the plan's (prorated) minimum commitment.
+LIGHT_PROFILES = frozenset({"churn", "new-growth"})
 
 PROFILES = (
     "starter",
@@ -264,7 +266,7 @@ def generate(config: ScenarioConfig) -> Scenario:
         )
         builder = _CustomerEvents(config, rng, customer_id, start, end)
         builder.subscriptions(profile)
-        builder.usage(with_pass_through=profile in PASS_THROUGH_PROFILES)
+        builder.usage(profile)
         customers.append(
             GeneratedCustomer(
                 customer_id, name, profile, builder.story(), profile in PASS_THROUGH_PROFILES
@@ -433,9 +435,12 @@ class _CustomerEvents:
             offset -= length
         raise AssertionError("unreachable: offset within the windows")
 
-    def usage(self, *, with_pass_through: bool) -> None:
+    def usage(self, profile: str) -> None:
+        with_pass_through = profile in PASS_THROUGH_PROFILES
         rng = self.rng
         big = any(state is not None and state[0] == "growth" for _, _, state in self.changes)
+        if profile in LIGHT_PROFILES:  # little usage: the minimum commitment tops it up
+            big = False
         daily_calls = rng.randint(20_000, 90_000) if big else rng.randint(150, 4_000)
         endpoints = rng.sample(_ENDPOINTS, rng.randint(2, 4))
         users = rng.randint(6, 40) if big else rng.randint(2, 8)
@@ -482,7 +487,7 @@ class _CustomerEvents:
                         windows,
                         "egress_gb",
                         {"region": region},
-                        {"gb": _decimal(rng.randint(50, 40_000), 2)},
+                        {"gb": _decimal(rng.randint(50, 40_000 if big else 2_000), 2)},
                     )
         if with_pass_through and growth_days:
             for _ in range(rng.randint(3, 6)):
