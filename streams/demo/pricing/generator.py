@@ -342,11 +342,13 @@ class _CustomerEvents:
         offset = self.rng.randint(first, last) - 1
         return self._instant_on((self.start + offset * _DAY).date())
 
-    def _before(self, not_before: date = date(2024, 1, 1), days_back: int = 240) -> datetime:
-        """A random instant before the period (at most ``days_back`` days, not before
-        ``not_before``)."""
+    def _before(
+        self, not_before: date = date(2024, 1, 1), days_back: int = 240, days_min: int = 1
+    ) -> datetime:
+        """A random instant before the period: on a day at most ``days_back`` and at
+        least ``days_min`` days before it, not before ``not_before``."""
         earliest = max(not_before, (self.start - days_back * _DAY).date())
-        span = (self.start.date() - earliest).days - 1
+        span = (self.start.date() - earliest).days - days_min
         return self._instant_on(earliest + self.rng.randint(0, max(0, span)) * _DAY)
 
     def _subscribe(self, event_type: str, moment: datetime, plan: tuple[str, int]) -> None:
@@ -398,7 +400,7 @@ class _CustomerEvents:
             self._subscribe(changed, self._mid(4, 10), GROWTH_V2)
             self._subscribe(changed, self._mid(16, last - 3), STARTER)
         elif profile == "history":
-            self._subscribe(started, self._before(days_back=300), STARTER)
+            self._subscribe(started, self._before(days_back=300, days_min=90), STARTER)
             self._subscribe(changed, self._before(days_back=60), GROWTH_V1)
             self._subscribe(changed, self._instant_on((self.end + 4 * _DAY).date()), GROWTH_V2)
         else:
