@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from streams.entrypoints.common import configure_logging, console, out, settings_of
+from streams.entrypoints.common import configure_logging, console, exit_on, out, settings_of
 
 if TYPE_CHECKING:
     from streams.demo.pricing.run import PricingReport
@@ -65,21 +65,23 @@ def demo_command(
     settings = settings_of(ctx)
     if scenario == "pricing":
         from streams.demo.pricing.generator import ScenarioConfig
-        from streams.demo.pricing.run import run_pricing_demo
+        from streams.demo.pricing.run import PricingDemoError, run_pricing_demo
+        from streams.importers import ImporterError
 
         try:
             config = ScenarioConfig(customers=customers, seed=seed, period=period)
         except ValueError as exc:
             console.print(str(exc))
             raise typer.Exit(2) from exc
-        pricing = run_pricing_demo(
-            settings,
-            clients=bootstrap.pricing_demo_clients(),
-            config=config,
-            workers=workers,
-            timeout_s=timeout_s,
-            console=console,
-        )
+        with exit_on((PricingDemoError, 1, "pricing demo failed"), (ImporterError, 1, "import")):
+            pricing = run_pricing_demo(
+                settings,
+                clients=bootstrap.pricing_demo_clients(),
+                config=config,
+                workers=workers,
+                timeout_s=timeout_s,
+                console=console,
+            )
         print_pricing_report(pricing, out)
         if not pricing.ok:
             raise typer.Exit(1)

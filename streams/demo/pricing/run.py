@@ -64,10 +64,16 @@ __all__ = [
     "DEFAULT_BOOK",
     "CustomerResult",
     "PricingDemoClients",
+    "PricingDemoError",
     "PricingReport",
     "publish_with_cli",
     "run_pricing_demo",
 ]
+
+
+class PricingDemoError(RuntimeError):
+    """A step of the pricing demo failed (publishing the book, producing the events);
+    the message says which and why."""
 
 
 def publish_with_cli(book: Path, env: Mapping[str, str]) -> str:
@@ -76,7 +82,7 @@ def publish_with_cli(book: Path, env: Mapping[str, str]) -> str:
     from its JSON summary; its first line of output when that cannot be read).
 
     Raises:
-        RuntimeError: the command failed (its exit code and output in the message).
+        PricingDemoError: the command failed (its exit code and output in the message).
     """
     result = subprocess.run(
         [sys.executable, "-m", "streams.entrypoints", "plans", "publish", str(book), "--json"],
@@ -88,7 +94,9 @@ def publish_with_cli(book: Path, env: Mapping[str, str]) -> str:
     )
     if result.returncode != 0:
         output = (result.stdout + result.stderr).strip()
-        raise RuntimeError(f"invoicing plans publish {book} exited {result.returncode}: {output}")
+        raise PricingDemoError(
+            f"invoicing plans publish {book} exited {result.returncode}: {output}"
+        )
     try:
         summary = json.loads(result.stdout)
         return f"{len(summary['new'])} new, {len(summary['unchanged'])} unchanged"
@@ -364,7 +372,7 @@ def run_pricing_demo(
         stack_up: bring the local stack up first (the CLI); a test's stack is up.
 
     Raises:
-        RuntimeError: ``plans publish`` failed.
+        PricingDemoError: ``plans publish`` failed, or an event was not delivered.
         ImporterError: the events could not be produced (see the importer).
     """
     from streams.stack.manager import Stack
@@ -406,7 +414,7 @@ def run_pricing_demo(
         summary = clients.import_events(events_file, settings, progress=True)
         timings["import"] = time.monotonic() - t1
         if not summary.ok:
-            raise RuntimeError(f"events import incomplete: {summary.delivery_failures[:3]}")
+            raise PricingDemoError(f"events import incomplete: {summary.delivery_failures[:3]}")
         console.print(
             f"imported {summary.produced} events ({summary.produced / max(summary.elapsed_s, 1e-9):.0f}"
             f"/s), {len(summary.skipped)} skipped"
