@@ -38,6 +38,7 @@ from decimal import Decimal
 from typing import Any, Literal
 
 import psycopg
+from psycopg.rows import class_row
 
 from streams.demo.expected import Expected
 from streams.domain.money import round_money
@@ -45,6 +46,19 @@ from streams.domain.money import round_money
 Verdict = Literal["match", "mismatch", "missing", "unexpected"]
 
 __all__ = ["FocusPair", "FocusReconciliation", "Verdict", "reconcile_focus"]
+
+
+@dataclass(frozen=True)
+class _Invoice:
+    """A current issued invoice of the file's months, as compared."""
+
+    customer_id: str
+    billing_period: str
+    subtotal: Decimal
+    currency: str
+    invoice_number: str
+    #: lines, every one a pre-priced usage line, no rated charge line
+    pass_through: bool
 
 
 @dataclass(frozen=True)
@@ -127,29 +141,33 @@ def reconcile_focus(
     """
     periods = expected.periods
     # Rated charge lines (issue 12's wiring) live in invoice_charges where it exists.
-    found = conn.execute("SELECT to_regclass('invoice_charges') IS NOT NULL").fetchone()
+    has_charges = conn.execute("SELECT to_regclass('invoice_charges') IS NOT NULL").fetchone() == (
+        True,
+    )
     no_charges = (
         "AND NOT EXISTS (SELECT 1 FROM invoice_charges c WHERE c.invoice_id = i.invoice_id)"
-        if found and found[0]
+        if has_charges
         else ""
     )
-    rows = conn.execute(
-        f"""
-        SELECT i.customer_id, i.billing_period, i.subtotal, i.currency, i.invoice_number,
-               i.line_count > 0 AND NOT EXISTS (
-                   SELECT 1 FROM invoice_lines l
-                    WHERE l.invoice_id = i.invoice_id
-                      AND NOT EXISTS (SELECT 1 FROM usage_lines u WHERE u.event_id = l.event_id)
-               ) {no_charges} AS pass_through
-          FROM invoices i
-         WHERE i.status = 'issued' AND i.billing_period = ANY(%s)
-        """,  # the only interpolation: one of two constant fragments
-        (periods,),
-    ).fetchall()
-    invoices = {(r[0], r[1]): r for r in rows}
+    with conn.cursor(row_factory=class_row(_Invoice)) as cur:
+        cur.execute(
+            f"""
+            SELECT i.customer_id, i.billing_period, i.subtotal, btrim(i.currency) AS currency,
+                   i.invoice_number,
+                   i.line_count > 0 AND NOT EXISTS (
+                       SELECT 1 FROM invoice_lines l
+                        WHERE l.invoice_id = i.invoice_id
+                          AND NOT EXISTS (SELECT 1 FROM usage_lines u WHERE u.event_id = l.event_id)
+                   ) {no_charges} AS pass_through
+              FROM invoices i
+             WHERE i.status = 'issued' AND i.billing_period = ANY(%s)
+            """,  # the only interpolation: one of two constant fragments
+            (periods,),
+        )
+        invoices = {(row.customer_id, row.billing_period): row for row in cur.fetchall()}
     held = {
-        (r[0], r[1])
-        for r in conn.execute(
+        (customer, period)
+        for customer, period in conn.execute(
             "SELECT DISTINCT customer_id, billing_period FROM period_closes "
             "WHERE outcome = 'held' AND billing_period = ANY(%s)",
             (periods,),
@@ -159,32 +177,40 @@ def reconcile_focus(
     for key, exact in expected.sums.items():
         currency = expected.currency[key]
         rounded = round_money(exact, currency)
-        row = invoices.get(key)
-        if row is None:
+        invoice = invoices.get(key)
+        if invoice is None:
             note = "held" if key in held else None
             pairs.append(
                 FocusPair(*key, currency, exact, rounded, None, None, None, "missing", note)
             )
             continue
-        invoice_currency = str(row[3]).strip()
-        same = row[2] == rounded and invoice_currency == currency
+        same = invoice.subtotal == rounded and invoice.currency == currency
         pairs.append(
             FocusPair(
                 *key,
                 currency,
                 exact,
                 rounded,
-                row[2],
-                row[4],
-                invoice_currency,
+                invoice.subtotal,
+                invoice.invoice_number,
+                invoice.currency,
                 "match" if same else "mismatch",
-                None if invoice_currency == currency else "currency differs",
+                None if invoice.currency == currency else "currency differs",
             )
         )
-    for key, row in invoices.items():
-        if key not in expected.sums and row[5]:
+    for key, invoice in invoices.items():
+        if key not in expected.sums and invoice.pass_through:
             pairs.append(
-                FocusPair(*key, None, None, None, row[2], row[4], str(row[3]).strip(), "unexpected")
+                FocusPair(
+                    *key,
+                    None,
+                    None,
+                    None,
+                    invoice.subtotal,
+                    invoice.invoice_number,
+                    invoice.currency,
+                    "unexpected",
+                )
             )
     pairs.sort(key=lambda pair: (pair.period, pair.customer_id))
     return FocusReconciliation(path, expected.rows, tuple(pairs), expected.unreadable)

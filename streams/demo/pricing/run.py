@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import psycopg
+from psycopg.rows import class_row
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -145,6 +146,23 @@ class CustomerResult:
     verdict: str = "missing"
 
 
+@dataclass(frozen=True)
+class _Issued:
+    """A customer's current issued invoice of the period and its email delivery, if any."""
+
+    customer_id: str
+    invoice_id: str
+    invoice_number: str
+    subtotal: Decimal
+    total: Decimal
+    currency: str
+    line_count: int
+    revision: int
+    status: str | None
+    message_id: str | None
+    skip_reason: str | None
+
+
 @dataclass
 class PricingReport:
     """The pricing demo's outcome; ``ok`` is what the exit status says."""
@@ -204,8 +222,7 @@ def _expected_lines(invoice: ExpectedInvoice) -> dict[tuple[str, ...], str]:
 
 
 def _has_table(conn: psycopg.Connection[Any], name: str) -> bool:
-    row = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (name,)).fetchone()
-    return bool(row and row[0])
+    return conn.execute("SELECT to_regclass(%s) IS NOT NULL", (name,)).fetchone() == (True,)
 
 
 def _invoiced_lines(conn: psycopg.Connection[Any], invoice_id: str) -> dict[tuple[str, ...], str]:
@@ -253,17 +270,20 @@ def reconcile(
     report = PricingReport(config=scenario.config)
     period = scenario.config.period
     ids = [c.customer_id for c in scenario.customers]
-    rows = conn.execute(
-        """
-        SELECT i.customer_id, i.invoice_id::text, i.invoice_number, i.subtotal, i.total,
-               i.currency, i.line_count, i.revision, d.status, d.message_id, d.skip_reason
-          FROM invoices i
-          LEFT JOIN email_deliveries d ON d.document_id = i.invoice_id AND d.document_type = 'invoice'
-         WHERE i.status = 'issued' AND i.billing_period = %s AND i.customer_id = ANY(%s)
-        """,
-        (period, ids),
-    ).fetchall()
-    invoices = {r[0]: r for r in rows}
+    with conn.cursor(row_factory=class_row(_Issued)) as cur:
+        cur.execute(
+            """
+            SELECT i.customer_id, i.invoice_id::text AS invoice_id, i.invoice_number,
+                   i.subtotal, i.total, btrim(i.currency) AS currency, i.line_count, i.revision,
+                   d.status, d.message_id, d.skip_reason
+              FROM invoices i
+              LEFT JOIN email_deliveries d
+                     ON d.document_id = i.invoice_id AND d.document_type = 'invoice'
+             WHERE i.status = 'issued' AND i.billing_period = %s AND i.customer_id = ANY(%s)
+            """,
+            (period, ids),
+        )
+        invoices = {row.customer_id: row for row in cur.fetchall()}
     holds = dict(
         conn.execute(
             "SELECT customer_id, string_agg(reason, '; ') FROM invoice_holds "
@@ -277,17 +297,19 @@ def reconcile(
         expected = answer[customer.customer_id]
         result = CustomerResult(customer, expected)
         report.results.append(result)
-        row = invoices.get(customer.customer_id)
-        if row is None:
+        invoice = invoices.get(customer.customer_id)
+        if invoice is None:
             result.hold_reason = holds.get(customer.customer_id)
             if result.hold_reason is None:
                 result.verdict = "missing"
             else:
                 result.verdict = "held as expected" if expected.gaps else "held"
             continue
-        result.subtotal, result.invoice_number, result.invoice_lines = row[3], row[2], row[6]
+        result.subtotal = invoice.subtotal
+        result.invoice_number = invoice.invoice_number
+        result.invoice_lines = invoice.line_count
         want = _expected_lines(expected)
-        got = _invoiced_lines(conn, row[1])
+        got = _invoiced_lines(conn, invoice.invoice_id)
         for key in sorted(set(want) | set(got)):
             if want.get(key) != got.get(key):
                 result.line_differences.append(
@@ -296,22 +318,28 @@ def reconcile(
                         None if key not in got else f"{_describe(key)}: {got[key]}",
                     )
                 )
-        same = expected.subtotal is not None and row[3] == expected.subtotal
+        same = expected.subtotal is not None and invoice.subtotal == expected.subtotal
         result.verdict = "match" if same and not result.line_differences else "mismatch"
-        totals[str(row[5]).strip()] += row[4]
-        if row[7] > 1:
+        totals[invoice.currency] += invoice.total
+        if invoice.revision > 1:
             report.revisions_above_one += 1
-        if row[8] == "sent":
+        if invoice.status == "sent":
             report.emails_sent += 1
-        elif not (row[8] == "skipped" and row[10] == "zero_total"):
-            state = f"{row[8]} ({row[10]})" if row[8] else "no delivery recorded"
-            report.emails_not_sent.append((row[2], state))
+        elif not (invoice.status == "skipped" and invoice.skip_reason == "zero_total"):
+            state = (
+                f"{invoice.status} ({invoice.skip_reason})"
+                if invoice.status
+                else "no delivery recorded"
+            )
+            report.emails_not_sent.append((invoice.invoice_number, state))
     report.invoices = len(invoices)
     report.total_by_currency = dict(totals)
     if maildir is not None and maildir.exists():
         from streams.adapters.maildir import count_by_header
 
-        message_ids = {r[9] for r in rows if r[8] == "sent"}
+        message_ids = {
+            i.message_id for i in invoices.values() if i.status == "sent" and i.message_id
+        }
         counts = count_by_header(maildir, "Message-ID")
         report.duplicate_emails = sum(max(0, counts.get(mid, 0) - 1) for mid in message_ids)
         for mid in message_ids:
@@ -340,7 +368,8 @@ def settled(
         {"p": period, "c": list(customers)},
     ).fetchone()
     assert row is not None
-    return int(row[0]), int(row[1])
+    done, emailed = row
+    return int(done), int(emailed)
 
 
 # --------------------------------------------------------------------------- the run
@@ -473,4 +502,7 @@ def _held(conn: psycopg.Connection[Any], period: str, customers: Sequence[str]) 
         "AND billing_period = %s AND customer_id = ANY(%s)",
         (period, list(customers)),
     ).fetchone()
-    return int(row[0]) if row else 0
+    if row is None:
+        return 0
+    (held,) = row
+    return int(held)
