@@ -38,11 +38,13 @@ from streams.adapters.tax.cache import RedisTaxCache
 from streams.adapters.tax.client import HttpTaxService
 from streams.billing.ports import TaxService
 from streams.importers.close_period import DEFAULT_SCAN_MARGIN, CloseSummary, close_period
+from streams.importers.events_import import EventsImportSummary, import_events
 from streams.importers.focus_import import FLUSH_TIMEOUT_S, ImportSummary, import_focus
 from streams.ops.status import StatusSources
 from streams.settings import Settings
 
 if TYPE_CHECKING:  # imported when called: the demo and the drill pull in the fake services
+    from streams.demo.pricing.run import PricingDemoClients
     from streams.demo.run import DemoClients
     from streams.drill.run import DrillClients
     from streams.email.sender import EmailSender
@@ -208,6 +210,24 @@ def run_import_focus(
     )
 
 
+def run_import_events(
+    path: Path,
+    settings: Settings,
+    *,
+    progress: bool = True,
+    flush_timeout_s: float = FLUSH_TIMEOUT_S,
+) -> EventsImportSummary:
+    """:func:`streams.importers.events_import.import_events` with a new :func:`producer`.
+    Same errors."""
+    return import_events(
+        path,
+        settings,
+        producer=producer(settings),
+        progress=progress,
+        flush_timeout_s=flush_timeout_s,
+    )
+
+
 def run_close_period(
     period: str,
     settings: Settings,
@@ -274,6 +294,17 @@ def demo_clients() -> DemoClients:
 
     return DemoClients(
         import_focus=run_import_focus, close_period=run_close_period, database=connection
+    )
+
+
+def pricing_demo_clients() -> PricingDemoClients:
+    """What ``invoicing demo --scenario pricing`` runs through
+    (:class:`streams.demo.pricing.run.PricingDemoClients`; the price book is published by
+    the ``invoicing plans publish`` command, run as a process)."""
+    from streams.demo.pricing.run import PricingDemoClients
+
+    return PricingDemoClients(
+        import_events=run_import_events, close_period=run_close_period, database=connection
     )
 
 

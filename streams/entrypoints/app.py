@@ -45,6 +45,7 @@ def load_settings(ctx: typer.Context) -> None:
 app.command("drill")(drill.drill_command)
 app.command("replay")(replay.replay_command)
 app.command("demo")(demo.demo_command)
+app.command("generate-events")(demo.generate_events_command)
 app.command("close-period")(close.close_period_command)
 app.command("status")(ops.status_command)
 app.command("reconcile")(ops.reconcile_command)

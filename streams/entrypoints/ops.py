@@ -6,6 +6,7 @@ import getpass
 import json
 import socket
 from datetime import timedelta
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -13,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from streams.entrypoints.common import console, exit_on, settings_of
+from streams.settings import Settings
 from streams.topics import ACCOUNT_EVENTS, INVOICES
 
 #: Wide when not a terminal, so piped status output keeps its columns.
@@ -186,13 +188,35 @@ def reconcile_command(
         bool, typer.Option("--republish", help="Write a new outbox row per missing document.")
     ] = False,
     email_grace_minutes: Annotated[int, typer.Option("--email-grace-minutes", min=0)] = 10,
+    focus: Annotated[
+        Path | None,
+        typer.Option(
+            "--focus",
+            help="Instead: compare every pass-through invoice with this FOCUS file's exact "
+            "BilledCost sums per (account, month).",
+        ),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
 ) -> None:
     """Issued invoices/credit notes whose event never reached billing.invoices.v1, and invoices
-    never emailed; --republish sends them again (deduplicated downstream by document). Exit 1 if any."""
+    never emailed; --republish sends them again (deduplicated downstream by document). Exit 1 if any.
+
+    With --focus FILE: per (account, month) of the FOCUS file, the exact sum of BilledCost, that
+    sum rounded once (half-even), the invoice subtotal, and match / mismatch / missing /
+    unexpected (a pass-through invoice of the file's months that the file does not have).
+    Exit 1 on anything but a match, 2 when the file cannot be read.
+    """
     from streams import bootstrap
-    from streams.ops.reconcile import reconcile
 
     settings = settings_of(ctx)
+    if focus is not None:
+        if republish:
+            console.print("--republish does not apply to --focus")
+            raise typer.Exit(2)
+        _reconcile_focus(settings, focus, as_json=as_json)
+        return
+    from streams.ops.reconcile import reconcile
+
     with bootstrap.connection(settings) as conn:
         report = reconcile(
             conn,
@@ -201,22 +225,76 @@ def reconcile_command(
             republish=republish,
             email_grace=timedelta(minutes=email_grace_minutes),
         )
-    out.print(f"documents: {report.documents}, events on the topic: {report.events_on_topic}")
-    out.print(
-        _table(
-            "documents without an event on the topic",
-            [{"type": t, "document": d, "number": n} for t, d, n in report.missing_events],
-        )
-    )
-    out.print(
-        _table(
-            "invoices never emailed",
-            [{"invoice": i, "number": n} for i, n in report.emails_not_sent],
-        )
-    )
-    if republish:
+    if as_json:
+        out.print_json(json.dumps(report.__dict__))
+    else:
+        out.print(f"documents: {report.documents}, events on the topic: {report.events_on_topic}")
         out.print(
-            f"republished: {len(report.republished)}; not republishable: {report.not_republishable}"
+            _table(
+                "documents without an event on the topic",
+                [{"type": t, "document": d, "number": n} for t, d, n in report.missing_events],
+            )
         )
+        out.print(
+            _table(
+                "invoices never emailed",
+                [{"invoice": i, "number": n} for i, n in report.emails_not_sent],
+            )
+        )
+        if republish:
+            out.print(
+                f"republished: {len(report.republished)}; "
+                f"not republishable: {report.not_republishable}"
+            )
     if report.missing_events or report.emails_not_sent:
+        raise typer.Exit(1)
+
+
+def _reconcile_focus(settings: Settings, path: Path, *, as_json: bool) -> None:
+    """``reconcile --focus FILE`` (:mod:`streams.ops.focus_reconcile`)."""
+    from streams import bootstrap
+    from streams.demo.expected import expected_from_file
+    from streams.ops.focus_reconcile import reconcile_focus
+
+    try:
+        expected = expected_from_file(path)
+    except (OSError, UnicodeDecodeError) as exc:
+        console.print(f"cannot read {path}: {exc}")
+        raise typer.Exit(2) from None
+    with bootstrap.connection(settings) as conn:
+        report = reconcile_focus(conn, expected, path=str(path))
+    if as_json:
+        out.print_json(json.dumps(report.to_dict()))
+    else:
+        out.print(
+            f"{path}: {report.rows} rows, {len(expected.sums)} (account, month) pairs; "
+            "round(Σ BilledCost) vs the current invoice's subtotal",
+            markup=False,
+            highlight=False,
+        )
+        head = (
+            f"{'month':<8} {'Σ BilledCost (exact)':>22} {'rounded':>10} {'subtotal':>10} "
+            f"{'verdict':<10} customer"
+        )
+        out.print(head, markup=False, soft_wrap=True, highlight=False)
+        for pair in report.pairs:
+            exact = "-" if pair.exact is None else f"{pair.exact:f}"
+            rounded = "-" if pair.rounded is None else str(pair.rounded)
+            subtotal = "(none)" if pair.subtotal is None else str(pair.subtotal)
+            verdict = pair.verdict + (f" ({pair.note})" if pair.note else "")
+            line = (
+                f"{pair.period:<8} {exact:>22} {rounded:>10} {subtotal:>10} "
+                f"{verdict:<10} {pair.customer_id}"
+            )
+            out.print(line, markup=False, soft_wrap=True, highlight=False)
+        counts = report.counts()
+        out.print(
+            ", ".join(f"{count} {verdict}" for verdict, count in counts.items())
+            + f"; {len(report.unreadable)} file row(s) not reconcilable",
+            markup=False,
+            highlight=False,
+        )
+        for line_no, reason in report.unreadable[:20]:
+            console.print(f"[yellow]file line {line_no}[/]: {reason}")
+    if not report.ok:
         raise typer.Exit(1)

@@ -306,8 +306,13 @@ logger.statechange.level = warn
 
 
 def _kafka_cluster_id() -> str:
-    # Kafka's Uuid.randomUuid().toString(): 16 random bytes, base64url without padding.
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    # Kafka's Uuid.randomUuid().toString(): 16 random bytes, base64url without padding,
+    # drawn again when it starts with "-" (as Kafka's does): the storage tool would read
+    # "-t -…" as a missing argument (1 format in 64 failed so).
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not text.startswith("-"):
+            return text
 
 
 def prepare_kafka(layout: Layout, settings: Settings) -> None:
