@@ -18,7 +18,7 @@ from streams.settings import Settings
 
 @pytest.fixture
 def conn(settings: Settings, unique: str) -> Iterator[psycopg.Connection[Any]]:
-    with psycopg.connect(settings.postgres.dsn(), autocommit=True) as c:
+    with psycopg.connect(settings.postgres.dsn("owner"), autocommit=True) as c:
         yield c
         c.execute("DELETE FROM partition_fences WHERE group_id = %s", (f"g-{unique}",))
 
@@ -82,13 +82,13 @@ def test_a_claim_waits_for_the_write_in_flight(
 
     def new_owner() -> None:
         try:
-            with psycopg.connect(settings.postgres.dsn(), autocommit=True) as c2:
+            with psycopg.connect(settings.postgres.dsn("owner"), autocommit=True) as c2:
                 fencing.claim(c2, new)
             claimed.set()
         except BaseException as exc:  # reported below
             errors.append(exc)
 
-    with psycopg.connect(settings.postgres.dsn()) as writer:
+    with psycopg.connect(settings.postgres.dsn("owner")) as writer:
         with writer.transaction():
             fencing.check(writer, old)
             thread = threading.Thread(target=new_owner, daemon=True)

@@ -40,7 +40,7 @@ def test_duplicate_after_a_conflict_in_one_batch_is_not_a_conflict(
     settings: Settings, unique: str
 ) -> None:
     customer, event_id = f"c-{unique}", f"e-{unique}"
-    with psycopg.connect(settings.postgres.dsn()) as conn:
+    with psycopg.connect(settings.postgres.dsn("owner")) as conn:
         try:
             assert insert_usage(conn, [_usage(customer, event_id, "1.00", 1)]) == []
             batch = [_usage(customer, event_id, "9.99", 2), _usage(customer, event_id, "1.00", 3)]
@@ -53,7 +53,7 @@ def test_duplicate_after_a_conflict_in_one_batch_is_not_a_conflict(
 
 def test_first_occurrence_in_a_batch_wins(settings: Settings, unique: str) -> None:
     customer, event_id = f"c-{unique}", f"e-{unique}"
-    with psycopg.connect(settings.postgres.dsn()) as conn:
+    with psycopg.connect(settings.postgres.dsn("owner")) as conn:
         try:
             batch = [
                 _usage(customer, event_id, "2.00", 5),
@@ -104,7 +104,7 @@ def test_an_invoice_number_clash_is_an_error_not_already_invoiced(
         "lease_fencing_token": None,
         "issued_at": datetime.now(UTC),
     }
-    with psycopg.connect(settings.postgres.dsn()) as conn:
+    with psycopg.connect(settings.postgres.dsn("owner")) as conn:
         try:
             first = _draft(f"a-{unique}", str(uuid.uuid4()))
             assert insert_invoice(conn, first, number=number, **kw) is True
