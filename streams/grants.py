@@ -57,6 +57,7 @@ __all__ = [
     "apply",
     "existing",
     "login_role",
+    "markdown_matrix",
     "matrix_rows",
     "statements",
 ]
@@ -427,7 +428,7 @@ EXISTING_SQL: Final = {
     "tables": "SELECT tablename FROM pg_tables WHERE schemaname = 'public'",
     "sequences": "SELECT sequencename FROM pg_sequences WHERE schemaname = 'public'",
     "functions": (
-        "SELECT p.proname || '(' || pg_get_function_identity_arguments(p.oid) || ')' "
+        "SELECT p.proname || '(' || oidvectortypes(p.proargtypes) || ')' "
         "FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'public'"
     ),
 }
@@ -488,3 +489,24 @@ def matrix_rows() -> list[dict[str, str]]:
         {"table": table, **{role.name: cell(entry.get(role.key)) for role in PRIVILEGE_ROLES}}
         for table, entry in TABLES.items()
     ]
+
+
+def markdown_matrix() -> str:
+    """The matrix as a markdown table (docs/roles.md between its ``matrix`` markers;
+    ``invoicing db roles --markdown``), then the sequences and functions."""
+    roles = [role.name for role in PRIVILEGE_ROLES]
+    lines = [
+        "| table | " + " | ".join(f"`{r}`" for r in roles) + " |",
+        "|---|" + "---|" * len(roles),
+    ]
+    for row in matrix_rows():
+        cells = [row[r].replace("(", " (") if row[r] else "–" for r in roles]
+        lines.append(f"| `{row['table']}` | " + " | ".join(cells) + " |")
+    lines.append("")
+    for sequence, keys in SEQUENCES.items():
+        who = ", ".join(f"`{_BY_KEY[k].name}`" for k in keys)
+        lines.append(f"- sequence `{sequence}`: USAGE to {who}")
+    for function, keys in FUNCTIONS.items():
+        who = ", ".join(f"`{_BY_KEY[k].name}`" for k in keys) or "nobody (trigger function)"
+        lines.append(f"- function `{function}`: EXECUTE to {who}")
+    return "\n".join(lines) + "\n"
