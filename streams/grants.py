@@ -500,7 +500,7 @@ def markdown_matrix() -> str:
         "|---|" + "---|" * len(roles),
     ]
     for row in matrix_rows():
-        cells = [row[r].replace("(", " (") if row[r] else "–" for r in roles]
+        cells = [row[r].replace("(", " (") if row[r] else "-" for r in roles]
         lines.append(f"| `{row['table']}` | " + " | ".join(cells) + " |")
     lines.append("")
     for sequence, keys in SEQUENCES.items():

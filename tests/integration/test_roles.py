@@ -336,7 +336,7 @@ def test_the_trigger_refuses_the_owner_any_change_of_an_issued_invoice(
 ) -> None:
     invoice_id = _one_invoice(db)
     with connect(db, "owner") as conn:
-        with pytest.raises(errors.InsufficientPrivilege, match="immutable|refused|never"):
+        with pytest.raises(errors.InsufficientPrivilege, match=r"immutable|refused|never"):
             conn.execute(statement, (invoice_id,))
         row = conn.execute(
             "SELECT status, total, (SELECT count(*) FROM invoice_lines WHERE invoice_id = %s) "

@@ -100,7 +100,11 @@ def temporary_logins(
             )
     try:
         yield settings.model_copy(
-            update={"postgres": settings.postgres.model_copy(update=dict(logins))}
+            update={
+                "postgres": settings.postgres.model_copy(
+                    update={str(role): login for role, login in logins.items()}
+                )
+            }
         )
     finally:
         with superuser(settings) as conn:
