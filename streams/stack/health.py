@@ -5,7 +5,7 @@ raises; ``wait_healthy`` turns a timeout into :class:`ServiceUnhealthy`.
 
 - kafka:    a metadata request answered by the broker (confluent-kafka AdminClient)
 - connect:  REST root answers, and ``/connector-plugins`` lists the Debezium connector
-- postgres: ``SELECT 1`` (over the unix socket as the superuser, or TCP as the app role)
+- postgres: ``SELECT 1`` (over the unix socket as the superuser, or TCP as the owner role)
 - redis:    ``PING``
 - smtp:     SMTP ``NOOP`` answered 250
 - tax:      ``GET /health`` answered 200

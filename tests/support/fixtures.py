@@ -41,7 +41,7 @@ def unique() -> str:
 
 @pytest.fixture
 def pg(settings: Settings) -> Iterator[psycopg.Connection]:
-    """An autocommit connection as the application role."""
+    """An autocommit connection as the owner (tests inspect rows no runtime role may touch)."""
     with psycopg.connect(settings.postgres.dsn("owner"), autocommit=True) as conn:
         yield conn
 
