@@ -8,6 +8,12 @@ closes) what it gets. Clients: :func:`postgres_pool`, :func:`redis_client`,
 :func:`email_sender` / :func:`run_email_sender` (the email sender),
 :func:`replay_clients` / :func:`replay_period` (a replay run). The worker, the
 email sender and the replay import nothing from here; only entrypoints do.
+
+Database roles (docs/roles.md): every pool and connection names the login it uses —
+the invoicing worker ``worker``, the email sender ``email``, close-period ``close``, a
+replay run ``replay``, the status view and the read-only commands ``operator``, the
+operator commands that write ``admin``. Nothing here connects as the owner (migrations,
+:mod:`streams.adapters.migrate`) or the provisioner (sandbox databases).
 """
 
 from __future__ import annotations

@@ -343,7 +343,6 @@ FUNCTIONS: Final[Mapping[str, tuple[str, ...]]] = {
     "issued_invoice_guard()": (),
     "immutable_row_guard()": (),
     "invoice_line_guard()": (),
-    "invoice_lines_complete()": (),
 }
 
 

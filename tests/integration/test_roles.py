@@ -48,9 +48,8 @@ def connect(pg: PostgresSettings, role: RoleName) -> psycopg.Connection[Any]:
     return psycopg.connect(pg.dsn(role), autocommit=True)
 
 
-def _one_invoice(pg: PostgresSettings, *, lines: int = 1, line_count: int | None = None) -> str:
-    """Insert an issued invoice with ``lines`` lines (declaring ``line_count``) as the owner;
-    returns its id."""
+def _one_invoice(pg: PostgresSettings, *, lines: int = 1) -> str:
+    """Insert an issued invoice with ``lines`` lines as the owner; returns its id."""
     invoice_id = str(uuid.uuid4())
     number = f"INV-T-{invoice_id[:8]}"
     conn = psycopg.connect(pg.dsn("owner"))
@@ -67,7 +66,7 @@ def _one_invoice(pg: PostgresSettings, *, lines: int = 1, line_count: int | None
                 invoice_id,
                 number,
                 f"c-{invoice_id[:8]}",
-                lines if line_count is None else line_count,
+                lines,
             ),
         )
         for n in range(1, lines + 1):
@@ -79,7 +78,7 @@ def _one_invoice(pg: PostgresSettings, *, lines: int = 1, line_count: int | None
                 """,
                 (invoice_id, n, f"e-{n}", n),
             )
-        conn.commit()  # the deferred line-count check runs here
+        conn.commit()
     finally:
         conn.close()
     return invoice_id
@@ -329,6 +328,9 @@ def test_the_admin_prunes_only_through_the_function_and_never_below_the_floor(
         "INSERT INTO invoice_lines (invoice_id, line_no, event_id, amount, tax_code, tax_rate, tax, "
         "source_topic, source_partition, source_offset) "
         "VALUES (%s, 2, 'extra', 5, 'std', 0, 0, 'events', 0, 99)",
+        "INSERT INTO invoice_lines (invoice_id, line_no, event_id, amount, tax_code, tax_rate, tax, "
+        "source_topic, source_partition, source_offset) "
+        "VALUES (%s, 7, 'far', 5, 'std', 0, 0, 'events', 0, 98)",
     ],
 )
 def test_the_trigger_refuses_the_owner_any_change_of_an_issued_invoice(
@@ -370,11 +372,40 @@ def test_the_replay_may_only_supersede_or_void_an_issued_invoice(db: PostgresSet
             conn.execute("UPDATE invoices SET status = 'issued' WHERE invoice_id = %s", (voided,))
 
 
-def test_an_invoice_commits_only_with_every_line_it_declares(db: PostgresSettings) -> None:
-    with pytest.raises(errors.IntegrityConstraintViolation, match="declares 2 line"):
-        _one_invoice(db, lines=1, line_count=2)
-    with pytest.raises(errors.InsufficientPrivilege, match="line 2 refused"):
-        _one_invoice(db, lines=2, line_count=1)
+def test_lines_are_accepted_only_from_the_transaction_that_issues_the_invoice(
+    db: PostgresSettings,
+) -> None:
+    """In the issuing transaction (also inside a savepoint, as nested psycopg
+    transactions make) lines go in; once the invoice is committed, none can be added."""
+    invoice_id = str(uuid.uuid4())
+    line = (
+        "INSERT INTO invoice_lines (invoice_id, line_no, event_id, amount, tax_code, tax_rate, "
+        "tax, source_topic, source_partition, source_offset) "
+        "VALUES (%s, %s, %s, 1, 'std', 0, 0, 'events', 0, %s)"
+    )
+    with connect(db, "worker") as conn:
+        with conn.transaction():
+            conn.execute(
+                "INSERT INTO invoices (invoice_id, invoice_number, customer_id, billing_period, "
+                "revision, status, customer_name, email, currency, line_count, subtotal, tax_total, "
+                "total, taxes, close_event_id, source_topic, source_partition, close_offset) "
+                "VALUES (%s, %s, %s, '2026-02', 1, 'issued', 'n', 'e', 'USD', 2, 2, 0, 2, '[]', "
+                "'x', 'events', 0, 5)",
+                (invoice_id, f"INV-L-{invoice_id[:8]}", f"c-{invoice_id[:8]}"),
+            )
+            conn.execute(line, (invoice_id, 1, "e-1", 1))
+            with conn.transaction():  # a savepoint: another (sub)transaction id
+                conn.execute(line, (invoice_id, 2, "e-2", 2))
+        with pytest.raises(errors.InsufficientPrivilege, match="adding a line"):
+            conn.execute(line, (invoice_id, 3, "e-3", 3))
+        with pytest.raises(errors.InsufficientPrivilege, match="adding a line"), conn.transaction():
+            conn.execute("SELECT 1")  # a new transaction that did not insert the invoice
+            conn.execute(line, (invoice_id, 3, "e-3", 3))
+    with connect(db, "owner") as conn:
+        lines = conn.execute(
+            "SELECT count(*) FROM invoice_lines WHERE invoice_id = %s", (invoice_id,)
+        ).fetchone()
+    assert lines == (2,)
 
 
 def test_credit_notes_and_outbox_rows_are_immutable_even_to_the_owner(
