@@ -13,10 +13,10 @@ The defaults point at the local stack that ``invoicing stack up`` starts on
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -83,12 +83,29 @@ class DatabaseRole(BaseModel):
     shown by ``repr``, logs or errors; read it with ``get_secret_value()`` where a
     connection is made)."""
 
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
+
     user: str = Field(pattern=ROLE_NAME_PATTERN)
     password: SecretStr
 
 
-def _role(user: str) -> DatabaseRole:
-    """A default login of the local stack (its password is its name: local stack only)."""
+#: The local stack's login of each role: user name, and the password (equal to it).
+DEFAULT_LOGINS: dict[str, str] = {
+    "owner": "invoicing",
+    "worker": "invoicing_worker_login",
+    "email": "invoicing_email_login",
+    "close": "invoicing_close_login",
+    "replay": "invoicing_replay_login",
+    "operator": "invoicing_operator_login",
+    "admin": "invoicing_admin_login",
+    "replication": "debezium",
+    "provisioner": "invoicing_provisioner",
+}
+
+
+def _role(name: str) -> DatabaseRole:
+    """The local stack's default login of role ``name`` (its password is its user name)."""
+    user = DEFAULT_LOGINS[name]
     return DatabaseRole(user=user, password=SecretStr(user))
 
 
@@ -119,18 +136,22 @@ class PostgresSettings(BaseModel):
     character in a password is quoted, never parsed as another parameter.
     """
 
+    #: Unknown names fail loudly: the single ``user`` / ``password`` /
+    #: ``replication_user`` / ``replication_password`` of before are one section per login.
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
+
     host: str = "127.0.0.1"
     port: int = 15432
     database: str = "invoicing"
-    owner: DatabaseRole = _role("invoicing")
-    worker: DatabaseRole = _role("invoicing_worker_login")
-    email: DatabaseRole = _role("invoicing_email_login")
-    close: DatabaseRole = _role("invoicing_close_login")
-    replay: DatabaseRole = _role("invoicing_replay_login")
-    operator: DatabaseRole = _role("invoicing_operator_login")
-    admin: DatabaseRole = _role("invoicing_admin_login")
-    replication: DatabaseRole = DatabaseRole(user="debezium", password=SecretStr("debezium"))
-    provisioner: DatabaseRole = _role("invoicing_provisioner")
+    owner: DatabaseRole = _role("owner")
+    worker: DatabaseRole = _role("worker")
+    email: DatabaseRole = _role("email")
+    close: DatabaseRole = _role("close")
+    replay: DatabaseRole = _role("replay")
+    operator: DatabaseRole = _role("operator")
+    admin: DatabaseRole = _role("admin")
+    replication: DatabaseRole = _role("replication")
+    provisioner: DatabaseRole = _role("provisioner")
     #: Name of the publication Debezium streams (created by a migration).
     publication: str = "invoicing_outbox"
     #: Name of the logical replication slot Debezium uses.
@@ -138,6 +159,19 @@ class PostgresSettings(BaseModel):
     #: Connection pool bounds per process.
     pool_min_size: int = 1
     pool_max_size: int = 8
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_users(cls, data: Any) -> Any:
+        """A login given in part (``INVOICING_POSTGRES__WORKER__PASSWORD`` alone, the usual
+        case) keeps its default user name; the password has no partial default: a role
+        given a user but no password fails validation."""
+        if isinstance(data, dict):
+            for name, user in DEFAULT_LOGINS.items():
+                given = data.get(name)
+                if isinstance(given, dict) and "user" not in given:
+                    data = {**data, name: {"user": user, **given}}
+        return data
 
     def role(self, name: RoleName) -> DatabaseRole:
         """The login of ``name`` (``"worker"``, ``"operator"``, ...)."""
@@ -186,6 +220,8 @@ class RedisSettings(BaseModel):
     (``redis://:password@host:port/0``). Read it with ``get_secret_value()`` where the
     client is built; show :meth:`display_url`.
     """
+
+    model_config = ConfigDict(hide_input_in_errors=True)
 
     url: SecretStr = SecretStr("redis://127.0.0.1:16379/0")
     socket_timeout_s: float = 2.0
@@ -294,6 +330,8 @@ class Settings(BaseSettings):
         env_prefix="INVOICING_",
         env_nested_delimiter="__",
         extra="forbid",
+        # A validation error never echoes a value: it may be a password.
+        hide_input_in_errors=True,
     )
 
     kafka: KafkaSettings = KafkaSettings()
