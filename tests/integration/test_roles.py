@@ -20,11 +20,12 @@ from typing import Any
 
 import psycopg
 import pytest
-from psycopg import errors
+from psycopg import errors, sql
+from pydantic import SecretStr
 
 from streams import grants
 from streams.ops.reconcile import prune_outbox
-from streams.settings import PostgresSettings, RoleName, Settings
+from streams.settings import DatabaseRole, PostgresSettings, RoleName, Settings
 from tests.support.roles import migrated_database, superuser
 
 RUNTIME: tuple[RoleName, ...] = (
@@ -458,3 +459,58 @@ def test_grants_converge_after_a_manual_change(db: PostgresSettings, settings: S
             "SELECT has_table_privilege('invoicing_worker', 'invoices', 'DELETE')"
         ).fetchone()
     assert granted == (False,)
+
+
+def test_the_trigger_holds_where_a_grant_is_wrong(
+    db: PostgresSettings, settings: Settings, unique: str
+) -> None:
+    """A login of the replay's role (UPDATE on ``status``) that was also granted UPDATE on
+    every column by mistake still cannot change an issued invoice's amounts, number or
+    lines: the trigger refuses what the grant allowed."""
+    user, password = f"t{unique}_misgranted", f"pw-{unique}"
+    with superuser(settings, db.database) as conn:
+        conn.execute(
+            sql.SQL("CREATE ROLE {} LOGIN PASSWORD {} IN ROLE invoicing_replay").format(
+                sql.Identifier(user), sql.Literal(password)
+            )
+        )
+        conn.execute(
+            sql.SQL("GRANT UPDATE, DELETE ON invoices, invoice_lines TO {}").format(
+                sql.Identifier(user)
+            )
+        )
+    invoice_id = _one_invoice(db)
+    misgranted = db.model_copy(
+        update={"replay": DatabaseRole(user=user, password=SecretStr(password))}
+    )
+    try:
+        with connect(misgranted, "replay") as conn:
+            for statement in (
+                "UPDATE invoices SET subtotal = 1, total = 2, tax_total = 1 WHERE invoice_id = %s",
+                "UPDATE invoices SET invoice_number = 'INV-FORGED' WHERE invoice_id = %s",
+                "UPDATE invoices SET status = 'superseded', total = 0, subtotal = 0, tax_total = 0 "
+                "WHERE invoice_id = %s",
+                "UPDATE invoice_lines SET amount = 0 WHERE invoice_id = %s",
+                "DELETE FROM invoice_lines WHERE invoice_id = %s",
+                "DELETE FROM invoices WHERE invoice_id = %s",
+            ):
+                with pytest.raises(errors.InsufficientPrivilege, match=r"immutable|never"):
+                    conn.execute(statement, (invoice_id,))
+            conn.execute(
+                "UPDATE invoices SET status = 'superseded' WHERE invoice_id = %s", (invoice_id,)
+            )
+    finally:
+        with superuser(settings, db.database) as conn:
+            conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s",
+                (user,),
+            )
+            conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(user)))
+            conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(user)))
+    with connect(db, "owner") as conn:
+        row = conn.execute(
+            "SELECT status, total, invoice_number LIKE 'INV-T-%%' FROM invoices "
+            "WHERE invoice_id = %s",
+            (invoice_id,),
+        ).fetchone()
+    assert row == ("superseded", 11, True)
