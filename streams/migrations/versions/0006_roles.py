@@ -23,8 +23,8 @@ runtime roles out, the triggers hold even where a grant is wrong:
 - ``invoice_lines``: no ``UPDATE``, ``DELETE`` or ``TRUNCATE``; an ``INSERT`` is accepted
   only from the transaction that inserted the line's invoice (its ``xmin`` is still in
   progress), so no line is ever added to an issued
-  invoice. ``invoice_line_guard()`` is generic: a later table of an invoice's lines
-  (e.g. rated charge lines) gets the same two triggers.
+  invoice. ``invoice_line_guard()`` is generic: ``invoice_charges`` (the rated charge
+  lines of migration 0005 on the rating branch), when it exists, gets the same triggers.
 - ``credit_notes``: no ``UPDATE``, ``DELETE`` or ``TRUNCATE``.
 - ``outbox``: no ``UPDATE`` or ``TRUNCATE``. Rows are deleted only by retention:
   ``prune_outbox(older_than interval)``, ``SECURITY DEFINER`` (runs as the owner, with a
@@ -141,6 +141,19 @@ def upgrade() -> None:
         FOR EACH ROW EXECUTE FUNCTION immutable_row_guard();
     CREATE TRIGGER invoice_lines_no_truncate BEFORE TRUNCATE ON invoice_lines
         FOR EACH STATEMENT EXECUTE FUNCTION immutable_row_guard();
+
+    -- The rated charge lines of an invoice (migration 0005 of the rating wiring, when it is
+    -- in the chain before this one) are lines of an issued invoice like invoice_lines.
+    DO $$ BEGIN
+        IF to_regclass('public.invoice_charges') IS NOT NULL THEN
+            CREATE TRIGGER invoice_charges_insert BEFORE INSERT ON invoice_charges
+                FOR EACH ROW EXECUTE FUNCTION invoice_line_guard();
+            CREATE TRIGGER invoice_charges_immutable BEFORE UPDATE OR DELETE ON invoice_charges
+                FOR EACH ROW EXECUTE FUNCTION immutable_row_guard();
+            CREATE TRIGGER invoice_charges_no_truncate BEFORE TRUNCATE ON invoice_charges
+                FOR EACH STATEMENT EXECUTE FUNCTION immutable_row_guard();
+        END IF;
+    END $$;
 
     CREATE TRIGGER credit_notes_immutable BEFORE UPDATE OR DELETE ON credit_notes
         FOR EACH ROW EXECUTE FUNCTION immutable_row_guard();
