@@ -33,7 +33,7 @@ class DemoClients:
     Attributes:
         import_focus: the FOCUS import with its producer.
         close_period: close-period with its clients.
-        database: a new autocommit connection of the application role (closed by the demo).
+        database: a new autocommit connection of the read-only operator role (closed by the demo).
     """
 
     import_focus: ImportFocusRun

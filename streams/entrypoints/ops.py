@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from streams.entrypoints.common import console, exit_on, settings_of
+from streams.grants import OUTBOX_PRUNE_FLOOR_DAYS
 from streams.settings import Settings
 from streams.topics import ACCOUNT_EVENTS, INVOICES
 
@@ -96,7 +97,7 @@ def holds_list(
     from streams import bootstrap
     from streams.ops.holds import list_holds
 
-    with bootstrap.connection(settings_of(ctx)) as conn:
+    with bootstrap.connection(settings_of(ctx), role="operator") as conn:
         rows = list_holds(conn, include_released=all_)
     out.print(_table("invoice holds", [r.__dict__ for r in rows]))
 
@@ -117,7 +118,7 @@ def holds_release(
     producer = bootstrap.producer(settings)
     who = f"{getpass.getuser()}@{socket.gethostname()}"
     with (
-        bootstrap.connection(settings) as conn,
+        bootstrap.connection(settings, role="admin") as conn,
         exit_on((HoldError, 2, None)),
     ):
         periods = release_hold(
@@ -139,7 +140,7 @@ def fences_list(ctx: typer.Context) -> None:
     from streams import bootstrap
     from streams.ops.fences import list_fences
 
-    with bootstrap.connection(settings_of(ctx)) as conn:
+    with bootstrap.connection(settings_of(ctx), role="operator") as conn:
         rows = list_fences(conn)
     out.print(_table("partition fences", rows))
 
@@ -161,7 +162,7 @@ def fences_reset(
     if not yes:
         console.print("refusing without --yes: stop every member of the group first")
         raise typer.Exit(2)
-    with bootstrap.connection(settings_of(ctx), autocommit=False) as conn:
+    with bootstrap.connection(settings_of(ctx), role="admin", autocommit=False) as conn:
         deleted = reset_group(conn, group_id)
     console.print(f"deleted {deleted} fence row(s) of group {group_id}")
 
@@ -170,14 +171,22 @@ def fences_reset(
 def outbox_prune(
     ctx: typer.Context,
     older_than_days: Annotated[
-        int, typer.Option("--older-than-days", min=1, help="Retention in days.")
+        int,
+        typer.Option(
+            "--older-than-days",
+            min=OUTBOX_PRUNE_FLOOR_DAYS,
+            help=f"Retention in days (at least {OUTBOX_PRUNE_FLOOR_DAYS}).",
+        ),
     ] = 30,
 ) -> None:
-    """Delete outbox rows older than the retention (Debezium's EventRouter ignores deletes)."""
+    """Delete outbox rows older than the retention (Debezium's EventRouter ignores deletes).
+
+    Runs as the admin role, which has no DELETE on the outbox: it calls the owner's
+    ``prune_outbox()`` (migration 0006), which refuses a retention under the floor."""
     from streams import bootstrap
     from streams.ops.reconcile import prune_outbox
 
-    with bootstrap.connection(settings_of(ctx)) as conn:
+    with bootstrap.connection(settings_of(ctx), role="admin") as conn:
         deleted = prune_outbox(conn, timedelta(days=older_than_days))
     console.print(f"deleted {deleted} outbox row(s) older than {older_than_days} days")
 
@@ -217,7 +226,8 @@ def reconcile_command(
         return
     from streams.ops.reconcile import reconcile
 
-    with bootstrap.connection(settings) as conn:
+    # The report only reads (operator); republishing writes outbox rows (admin).
+    with bootstrap.connection(settings, role="admin" if republish else "operator") as conn:
         report = reconcile(
             conn,
             lambda: bootstrap.topic_reader(settings),
@@ -261,7 +271,7 @@ def _reconcile_focus(settings: Settings, path: Path, *, as_json: bool) -> None:
     except (OSError, UnicodeDecodeError) as exc:
         console.print(f"cannot read {path}: {exc}")
         raise typer.Exit(2) from None
-    with bootstrap.connection(settings) as conn:
+    with bootstrap.connection(settings, role="operator") as conn:
         report = reconcile_focus(conn, expected, path=str(path))
     if as_json:
         out.print_json(json.dumps(report.to_dict()))

@@ -116,7 +116,7 @@ def list_command(
     from streams.billing import store
     from streams.domain.events import PlanVersionPublished
 
-    with bootstrap.connection(settings_of(ctx)) as conn:
+    with bootstrap.connection(settings_of(ctx), role="operator") as conn:
         entries = store.pricing.published_entries(conn)
     rows = [
         {

@@ -3,9 +3,10 @@
 Debezium delivers at least once, and a lost or recreated replication slot can
 drop events without an error. So:
 
-- outbox rows are kept for a retention period (default 30 days) and then
-  deleted by :func:`prune_outbox` (``invoicing outbox prune``); the EventRouter
-  ignores deletes, so pruning publishes nothing;
+- outbox rows are kept for a retention period (default 30 days, at least 7) and
+  then deleted by :func:`prune_outbox` (``invoicing outbox prune``, through the
+  owner's ``prune_outbox()`` function: no runtime role may delete outbox rows); the
+  EventRouter ignores deletes, so pruning publishes nothing;
 - :func:`reconcile` (``invoicing reconcile``) reads ``billing.invoices.v1`` from
   the beginning and reports every issued document (invoice revision or credit
   note) whose event never reached the topic, and every invoice revision with a
@@ -33,6 +34,7 @@ from typing import Any
 
 import psycopg
 from confluent_kafka import Consumer, TopicPartition
+from psycopg.rows import scalar_row
 
 from streams.adapters.kafka import record_of
 from streams.billing import rows, store
@@ -61,9 +63,19 @@ class ReconcileReport:
 
 
 def prune_outbox(conn: psycopg.Connection[Any], older_than: timedelta) -> int:
-    """Delete outbox rows older than ``older_than``; returns how many."""
-    cur = conn.execute("DELETE FROM outbox WHERE created_at < now() - %s", (older_than,))
-    return cur.rowcount
+    """Delete outbox rows older than ``older_than``; returns how many.
+
+    Through ``prune_outbox(interval)`` (migration 0006): a ``SECURITY DEFINER`` function
+    of the owner, so the caller (the admin role) needs ``EXECUTE`` on it and no
+    ``DELETE`` on the outbox.
+
+    Raises:
+        psycopg.errors.InsufficientPrivilege: ``older_than`` is below the floor
+            (:data:`streams.grants.OUTBOX_PRUNE_FLOOR_DAYS`), or the role may not prune.
+    """
+    with conn.cursor(row_factory=scalar_row) as cur:
+        deleted = cur.execute("SELECT prune_outbox(%s)", (older_than,)).fetchone()
+    return int(deleted or 0)
 
 
 def documents_on_topic(consumer: Consumer, topic: str, timeout_s: float = 60.0) -> dict[str, int]:

@@ -33,7 +33,7 @@ class StatusSources:
     """Where the status view reads from; each call opens something the view closes.
 
     Attributes:
-        database: a new autocommit connection of the application role (5 s connect timeout).
+        database: a new autocommit connection of the read-only operator role (5 s connect timeout).
         consumer: group id → a consumer that reads that group's committed offsets
             and the watermarks, and never joins or commits
             (:func:`streams.adapters.kafka.make_reader`).

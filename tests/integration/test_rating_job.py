@@ -27,13 +27,10 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
-import psycopg
 import pytest
 from prometheus_client import REGISTRY
-from psycopg import sql
 from psycopg_pool import ConnectionPool
 
-from streams.adapters import migrate
 from streams.adapters.memory.tax import InMemoryTaxService
 from streams.billing import fencing, rows, store
 from streams.domain.events import UsageMetered, UsageRecorded
@@ -41,9 +38,9 @@ from streams.domain.rating import load_price_book
 from streams.domain.rating.published import entries_of
 from streams.invoicing.jobs import JobContext, Outcome, run_invoice_job
 from streams.ops.holds import list_holds
-from streams.sandbox.pipeline import _drop_database
-from streams.settings import Settings
+from streams.settings import PostgresSettings, Settings
 from tests.support import rating as scenario
+from tests.support.roles import migrated_database
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
@@ -52,18 +49,30 @@ PERIOD = scenario.PERIOD
 
 
 @pytest.fixture
-def pool(settings: Settings, unique: str) -> Iterator[ConnectionPool[Any]]:
-    """A pool on a fresh database of this test, migrated to head."""
-    database = f"inv_{unique}"
-    with psycopg.connect(settings.postgres.dsn(), autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
-    pg = settings.postgres.model_copy(update={"database": database})
-    try:
-        migrate.upgrade(pg)
-        with ConnectionPool(pg.dsn(), min_size=1, max_size=4, kwargs={"autocommit": False}) as p:
-            yield p
-    finally:
-        _drop_database(settings.postgres, database)
+def database(settings: Settings, unique: str) -> Iterator[PostgresSettings]:
+    """A fresh database of this test (created by the provisioner, owned by the owner),
+    migrated to head with its grants."""
+    with migrated_database(settings.postgres, f"inv_{unique}") as pg:
+        yield pg
+
+
+@pytest.fixture
+def pool(database: PostgresSettings) -> Iterator[ConnectionPool[Any]]:
+    """The owner's pool: the test's own writes (events as the worker stores them, the
+    published book) and reads (the outbox)."""
+    with ConnectionPool(
+        database.dsn("owner"), min_size=1, max_size=4, kwargs={"autocommit": False}
+    ) as p:
+        yield p
+
+
+@pytest.fixture
+def worker_pool(database: PostgresSettings) -> Iterator[ConnectionPool[Any]]:
+    """The invoicing worker's pool: the job runs under the worker's grants."""
+    with ConnectionPool(
+        database.dsn("worker"), min_size=1, max_size=4, kwargs={"autocommit": False}
+    ) as p:
+        yield p
 
 
 class Partition:
@@ -162,10 +171,10 @@ def outbox_payload(pool: ConnectionPool[Any], invoice_id: str) -> dict[str, Any]
 
 
 def test_a_subscriber_is_rated_taxed_and_issued_with_its_charge_lines(
-    pool: ConnectionPool[Any], unique: str
+    pool: ConnectionPool[Any], worker_pool: ConnectionPool[Any], unique: str
 ) -> None:
     publish(pool, scenario.book_text())
-    ctx, tax, token = job(pool, unique)
+    ctx, tax, token = job(worker_pool, unique)
     part = Partition(pool)
     for who in ("metered", "focus"):
         part.customer(who)
@@ -234,10 +243,10 @@ def test_a_subscriber_is_rated_taxed_and_issued_with_its_charge_lines(
 
 
 def test_gaps_in_the_book_hold_the_invoice_with_the_reason_never_billed_as_zero(
-    pool: ConnectionPool[Any], unique: str
+    pool: ConnectionPool[Any], worker_pool: ConnectionPool[Any], unique: str
 ) -> None:
     publish(pool, scenario.book_text())
-    ctx, tax, token = job(pool, unique)
+    ctx, tax, token = job(worker_pool, unique)
     part = Partition(pool)
     for who in ("nosub", "unknown", "unpriced"):
         part.customer(who)
@@ -359,13 +368,13 @@ def _sample(name: str) -> float:
 
 
 def test_events_rated_per_second_inside_the_invoice_job(
-    pool: ConnectionPool[Any], unique: str
+    pool: ConnectionPool[Any], worker_pool: ConnectionPool[Any], unique: str
 ) -> None:
     """A customer with N metered events (``RATING_EVENTS``, default 50,000): the time of
     the job's rating step (aggregation, segments, rate(), pricing) and of the whole job."""
     events = int(os.environ.get("RATING_EVENTS", "50000"))
     publish(pool, scenario.book_text())
-    ctx, _tax, token = job(pool, unique)
+    ctx, _tax, token = job(worker_pool, unique)
     part = Partition(pool)
     part.customer("big")
     part.subscribe("big")

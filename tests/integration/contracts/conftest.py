@@ -9,41 +9,36 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-import psycopg
 import pytest
-from psycopg import sql
 from psycopg_pool import ConnectionPool
 
 from streams import bootstrap
-from streams.adapters import migrate
 from streams.billing.stores import POSTGRES
 from streams.email.store import Deliveries, DeliveryStore
 from streams.settings import Settings
 from tests.contracts.stores import StoreHarness
+from tests.support.roles import migrated_database
 
 
 @pytest.fixture(scope="session")
 def sandbox_settings(settings: Settings) -> Iterator[Settings]:
-    """Settings pointing at a new, migrated database ``inv_contract_<hex>``."""
-    database = f"inv_contract_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(settings.postgres.dsn(), autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
-    sandbox = settings.model_copy(
-        update={"postgres": settings.postgres.model_copy(update={"database": database})}
-    )
-    try:
-        migrate.upgrade(sandbox.postgres)
-        yield sandbox
-    finally:
-        with psycopg.connect(settings.postgres.dsn(), autocommit=True) as conn:
-            conn.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(database))
-            )
+    """Settings pointing at a new database ``inv_contract_<hex>`` (created by the
+    provisioner, owned by the owner, migrated to head with its grants)."""
+    with migrated_database(settings.postgres, f"inv_contract_{uuid.uuid4().hex[:10]}") as pg:
+        yield settings.model_copy(update={"postgres": pg})
 
 
 @pytest.fixture(scope="session")
 def sandbox_pool(sandbox_settings: Settings) -> Iterator[ConnectionPool[Any]]:
-    pool = bootstrap.postgres_pool(sandbox_settings, name="contract-stores", min_size=1, max_size=6)
+    pool = bootstrap.postgres_pool(
+        # The owner: the contracts are the stores' semantics (tests/integration/test_roles.py
+        # has each role's privileges); the triggers of migration 0006 hold for the owner too.
+        sandbox_settings,
+        name="contract-stores",
+        role="owner",
+        min_size=1,
+        max_size=6,
+    )
     yield pool
     pool.close()
 
