@@ -516,36 +516,22 @@ def test_the_trigger_holds_where_a_grant_is_wrong(
     assert row == ("superseded", 11, True)
 
 
-def test_0006_guards_the_rated_charge_lines_when_the_chain_has_them(
-    settings: Settings, unique: str
-) -> None:
-    """Merged after the rating wiring (its 0005 creates ``invoice_charges``), 0006 gives
-    the charge lines the same guards as ``invoice_lines``."""
-    from streams.adapters import migrate
+def test_0006_guards_the_rated_charge_lines(settings: Settings, unique: str) -> None:
+    """0006 gives the rated charge lines (``invoice_charges``, created by 0005) the same
+    guards as ``invoice_lines``: no line added to an issued invoice, no TRUNCATE, even
+    for the owner."""
+    from tests.support.roles import migrated_database
 
-    name = f"chain_{unique}"
-    with psycopg.connect(settings.postgres.dsn("provisioner"), autocommit=True) as conn:
-        conn.execute(
-            sql.SQL("CREATE DATABASE {} OWNER {}").format(
-                sql.Identifier(name), sql.Identifier(settings.postgres.owner.user)
-            )
-        )
-    pg = settings.postgres.model_copy(update={"database": name})
-    try:
-        migrate.upgrade(pg, "0004")
-        with connect(pg, "owner") as conn:  # what 0005 of the rating branch creates, in short
-            conn.execute(
-                "CREATE TABLE invoice_charges (invoice_id uuid NOT NULL REFERENCES invoices, "
-                "line_no integer NOT NULL, amount numeric NOT NULL, PRIMARY KEY (invoice_id, line_no))"
-            )
-        migrate.upgrade(pg)
+    with migrated_database(settings.postgres, f"chain_{unique}") as pg:
         invoice_id = _one_invoice(pg)
         with connect(pg, "owner") as conn:
             with pytest.raises(errors.InsufficientPrivilege, match="adding a line"):
-                conn.execute("INSERT INTO invoice_charges VALUES (%s, 1, 5)", (invoice_id,))
+                conn.execute(
+                    "INSERT INTO invoice_charges (invoice_id, line_no, line_id, plan_code, "
+                    "plan_version, charge_code, charge_model, description, amount, detail, "
+                    "tax_code, tax_rate, tax) VALUES (%s, 1, gen_random_uuid(), 'p', 1, 'c', "
+                    "'per_unit', 'added later', 5, '{}', 'STD', 0, 0)",
+                    (invoice_id,),
+                )
             with pytest.raises(errors.InsufficientPrivilege, match="immutable"):
                 conn.execute("TRUNCATE invoice_charges")
-    finally:
-        from streams.sandbox.pipeline import _drop_database
-
-        _drop_database(settings.postgres, name)
