@@ -42,7 +42,6 @@ retries the record after a backoff without committing its offset.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -52,6 +51,8 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from streams.adapters.kafka import Record
 from streams.billing.metrics import DEAD_LETTERED, DEAD_LETTERS_TRUNCATED
+from streams.domain.codec import read_json
+from streams.domain.errors import InvalidEvent
 from streams.domain.periods import PERIOD_PATTERN
 
 _PERIOD_RE = re.compile(PERIOD_PATTERN)
@@ -231,10 +232,11 @@ def customer_text(raw: bytes | str | None) -> str | None:
 
 
 def _payload_of(msg: Record) -> dict[str, Any] | None:
-    """The record's value if it is a JSON object, else None."""
+    """The record's value if it is a JSON object, else None (parsed as the codec does:
+    a value nested too deeply or with a huge integer is no object we read)."""
     try:
-        payload = json.loads(msg.value or b"")
-    except (ValueError, UnicodeDecodeError):
+        payload = read_json(msg.value or b"")
+    except InvalidEvent:
         return None
     return payload if isinstance(payload, dict) else None
 
