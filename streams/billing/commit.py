@@ -50,16 +50,22 @@ __all__ = ["CommitPoint", "write_fenced"]
 
 
 def write_fenced(
-    pool: ConnectionPool[Any], fence: Fence, work: Callable[[psycopg.Connection[Any]], T]
+    pool: ConnectionPool[Any],
+    fence: Fence,
+    work: Callable[[psycopg.Connection[Any]], T],
+    *,
+    timeout_s: float | None = None,
 ) -> T:
     """Step 1 for a fenced writer: run ``work(conn)`` in one transaction that starts
-    with ``fence``'s check, and commit it.
+    with ``fence``'s check, and commit it. ``timeout_s`` bounds the wait for a
+    connection (default: the pool's own, 30 s); the poll thread passes a short one.
 
     Raises:
         Fenced / LeaseFenced: the fence moved on; nothing was written.
         psycopg.Error: the database failed; nothing was written.
+        psycopg_pool.PoolTimeout: no connection within ``timeout_s``.
     """
-    with pool.connection() as conn, conn.transaction():
+    with pool.connection(timeout=timeout_s) as conn, conn.transaction():
         fence.check(conn)
         return work(conn)
 

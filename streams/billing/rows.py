@@ -26,6 +26,7 @@ __all__ = [
     "ClosePoint",
     "CreditNoteDraft",
     "Customer",
+    "DeadLetterRecord",
     "Hold",
     "HoldRequest",
     "InvoiceDraft",
@@ -100,6 +101,27 @@ class Hold:
     source_partition: int
     source_offset: int
     created_at: datetime
+
+
+@dataclass(frozen=True)
+class DeadLetterRecord:
+    """A ``dead_letters`` row (migration 0007): a record dead-lettered from its source
+    coordinates to ``dlq_topic`` (and acknowledged there). ``kind`` is ``invalid``,
+    ``conflict``, ``rejected`` or ``unwritable``; ``customers`` are the customers it
+    holds (empty: unattributed)."""
+
+    source_topic: str
+    source_partition: int
+    source_offset: int
+    dlq_topic: str
+    kind: str
+    reason: str
+    event_id: str | None
+    customers: list[str]
+
+    @property
+    def source(self) -> SourceCoordinates:
+        return SourceCoordinates(self.source_topic, self.source_partition, self.source_offset)
 
 
 class HoldRequest(TypedDict):

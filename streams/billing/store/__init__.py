@@ -6,6 +6,7 @@
                        (gapless numbers), ``credit_notes`` and the ``outbox``
 :mod:`.holds`          ``invoice_holds``
 :mod:`.closes`         ``period_closes``
+:mod:`.dead_letters`   ``dead_letters`` (what was dead-lettered, so never twice)
 =====================  ==========================================================
 
 The fence tables (``partition_fences``, ``lease_fences``, ``close_requests``)
@@ -22,6 +23,6 @@ Rows map to the frozen dataclasses of :mod:`streams.billing.rows` through
 psycopg's ``class_row``: no caller reads a row by position.
 """
 
-from streams.billing.store import closes, holds, invoices, usage
+from streams.billing.store import closes, dead_letters, holds, invoices, usage
 
-__all__ = ["closes", "holds", "invoices", "usage"]
+__all__ = ["closes", "dead_letters", "holds", "invoices", "usage"]
