@@ -20,6 +20,7 @@ from typing import TypedDict
 
 from streams.domain.events import UsageRecorded
 from streams.domain.invoice import InvoiceTotals, TaxedLine, UsageLine
+from streams.domain.money import canonical_decimal
 
 __all__ = [
     "CloseMarker",
@@ -51,9 +52,25 @@ class SourceCoordinates:
     offset: int
 
 
+#: The decimal fields of ``usage.recorded``: hashed in canonical form.
+_DECIMAL_FIELDS = ("amount", "quantity", "consumed_quantity")
+
+
 def payload_hash(data: UsageRecorded) -> str:
-    """SHA-256 of the event data's canonical JSON: equal facts, equal hash."""
-    canonical = json.dumps(data.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    """SHA-256 of the event data's canonical JSON: equal facts, equal hash.
+
+    Decimals are hashed in canonical form (:func:`~streams.domain.money.canonical_decimal`:
+    ``1.0``, ``1.00`` and ``1`` are one amount), so a resend that writes an amount with
+    another number of trailing zeros is a duplicate, not a conflict (issue 10). Rows
+    stored before this rule kept the hash of the written form; the usage store
+    compares those by their stored columns (:func:`streams.billing.store.usage.insert_usage`).
+    """
+    dumped = data.model_dump(mode="json")
+    for name in _DECIMAL_FIELDS:
+        value = getattr(data, name, None)
+        if isinstance(value, Decimal):
+            dumped[name] = format(canonical_decimal(value), "f")
+    canonical = json.dumps(dumped, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
