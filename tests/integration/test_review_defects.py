@@ -83,7 +83,10 @@ def pool(db: Settings) -> Iterator[ConnectionPool[Any]]:
 
 def customer(customer_id: str) -> CustomerUpserted:
     return CustomerUpserted(
-        customer_id=customer_id, name="Customer", email=f"{customer_id}@example.test", currency="USD"
+        customer_id=customer_id,
+        name="Customer",
+        email=f"{customer_id}@example.test",
+        currency="USD",
     )
 
 
@@ -102,7 +105,7 @@ def at(offset: int, partition: int = 0) -> rows.SourceCoordinates:
     return rows.SourceCoordinates(TOPIC, partition, offset)
 
 
-class RecordingConsumer(Consumer):  # type: ignore[misc]
+class RecordingConsumer(Consumer):
     """A consumer that never joins a group and remembers whether it was closed."""
 
     closed = False
@@ -174,7 +177,11 @@ def test_1_a_claim_refused_after_a_database_error_is_reported_once(
     with pool.connection() as conn:  # a newer owner already holds the partition
         fencing.claim(conn, fencing.FencingToken(token.group_id, token.topic, 3, 9, "member-b"))
     worker._claim(token)  # the database error: pending
-    for _ in range(5):  # polls after the database is back: refused
+    deadline = time.monotonic() + 15
+    while worker.stats["claims_refused"] == 0 and time.monotonic() < deadline:
+        worker._retry_claims()  # the polls after the database is back: refused once ...
+        time.sleep(0.05)
+    for _ in range(20):  # ... and never again
         worker._retry_claims()
         time.sleep(0.05)
     assert worker.stats["claims_refused"] == 1, (
@@ -193,7 +200,10 @@ def test_2_shutdown_with_queued_jobs_closes_the_consumer(
     started: list[str] = []
 
     def slow_job(
-        ctx: JobContext, marker: rows.CloseMarker, token: fencing.FencingToken, cancel: threading.Event
+        ctx: JobContext,
+        marker: rows.CloseMarker,
+        token: fencing.FencingToken,
+        cancel: threading.Event,
     ) -> JobResult:
         started.append(marker.customer_id)
         cancel.wait(60)  # a slow tax call that only a cancel ends
@@ -201,12 +211,14 @@ def test_2_shutdown_with_queued_jobs_closes_the_consumer(
 
     monkeypatch.setattr(worker_module, "run_invoice_job", slow_job)
     worker = make_worker(db, pool, unique, max_jobs=1)
-    worker.shutdown_grace_s = 1.0  # type: ignore[attr-defined]
+    worker.shutdown_grace_s = 1.0
     RecordingConsumer.closed = False
     for partition in range(3):  # one job runs, two wait in the pool's queue
         token = token_of(worker, partition)
         worker.partitions[partition] = PartitionState(partition, token=token)
-        marker = rows.CloseMarker(f"m-{partition}", f"c-{partition}", PERIOD, "period_closed", at(7, partition))
+        marker = rows.CloseMarker(
+            f"m-{partition}", f"c-{partition}", PERIOD, "period_closed", at(7, partition)
+        )
         worker._start_job(partition, token, marker)
     worker.stop.set()
     failure: list[BaseException] = []
@@ -214,7 +226,7 @@ def test_2_shutdown_with_queued_jobs_closes_the_consumer(
     def shut_down() -> None:
         try:
             worker._shutdown()
-        except BaseException as exc:  # noqa: BLE001 - the test reports it
+        except BaseException as exc:
             failure.append(exc)
 
     thread = threading.Thread(target=shut_down)
@@ -228,9 +240,7 @@ def test_2_shutdown_with_queued_jobs_closes_the_consumer(
 # --------------------------------------------------------------------------- 3
 
 
-def test_3a_a_database_outage_does_not_hold_the_poll_thread(
-    db: Settings, unique: str
-) -> None:
+def test_3a_a_database_outage_does_not_hold_the_poll_thread(db: Settings, unique: str) -> None:
     from streams.sandbox.smtp import free_port
 
     down = db.postgres.model_copy(update={"port": free_port()})  # nothing listens there
@@ -261,7 +271,7 @@ def test_3a_a_database_outage_does_not_hold_the_poll_thread(
         dead_pool.close(timeout=1)
 
 
-class FenceProbeProducer(Producer):  # type: ignore[misc]
+class FenceProbeProducer(Producer):
     """Records, at every produce, whether a transaction holds a partition fence row."""
 
     def __init__(self, config: dict[str, Any], dsn: str) -> None:
@@ -394,3 +404,213 @@ def test_7_one_amount_written_two_ways_is_one_payload(
             conn, [rows.UsageRecord("u-1", usage(cust, "1.00"), at(2))]
         )
     assert first == [] and again == [], f"a resend with 1.00 for 1.0 was a conflict: {again}"
+
+
+# --------------------------------------------------------------------------- 5 (replay side)
+
+
+def _replay_context(
+    db: Settings,
+    pool: ConnectionPool[Any],
+    unique: str,
+    tax: InMemoryTaxService,
+    rebuild: Any,
+    lease: Any,
+) -> Any:
+    from streams.replay import store as rstore
+    from streams.replay.apply import ReplayContext
+    from streams.replay.reader import Window
+    from streams.replay.report import Mode
+
+    run_id = f"r{unique}"
+    window = Window(TOPIC, datetime(2024, 12, 25, tzinfo=UTC), {0: 0}, {0: 10})
+    with pool.connection() as conn, conn.transaction():
+        fencing.LeaseFence.of(lease).check(conn)
+        rstore.insert_run(
+            conn,
+            run_id=run_id,
+            billing_period=PERIOD,
+            mode="apply",
+            topic=TOPIC,
+            consumer_group=f"replay-{unique}",
+            window_start=window.since,
+            start_offsets=Window.offsets_json(window.start),
+            end_offsets=Window.offsets_json(window.end),
+            holder=lease.holder,
+            lease_fencing_token=lease.fencing_token,
+        )
+    return ReplayContext(
+        settings=db,
+        period=PERIOD,
+        mode=Mode.APPLY,
+        topic=TOPIC,
+        invoices_topic="invoices",
+        pool=pool,
+        tax=tax,
+        lease=lease,
+        run_id=run_id,
+        window=window,
+        rebuild=rebuild,
+        on_step=lambda stage, customer: None,
+    )
+
+
+def test_5_the_replay_neither_races_the_worker_nor_fails_on_its_tax_document(
+    db: Settings, pool: ConnectionPool[Any], unique: str
+) -> None:
+    import redis as redis_lib
+
+    from streams.adapters.lease import Lease
+    from streams.replay.apply import replay_customer
+    from streams.replay.rebuild import Coordinates, PeriodRebuild
+
+    released, racing = f"rel-{unique}", f"race-{unique}"
+    tax = InMemoryTaxService()
+    rebuild = PeriodRebuild(PERIOD)
+    for n, cust in enumerate((released, racing)):
+        partition_offset = n * 4
+        rebuild.add(
+            Envelope.wrap(customer(cust), id=f"cu-{cust}", source="/t"),
+            Coordinates(TOPIC, 0, partition_offset),
+        )
+        rebuild.add(
+            Envelope.wrap(usage(cust, "10.00"), id=f"u-{cust}", source="/t"),
+            Coordinates(TOPIC, 0, partition_offset + 1),
+        )
+    marker = rows.CloseMarker(f"close-{released}", released, PERIOD, "period_closed", at(2))
+    with pool.connection() as conn, conn.transaction():
+        for n, cust in enumerate((released, racing)):
+            store.usage.upsert_customer(conn, f"cu-{cust}", customer(cust), at(n * 4))
+            store.usage.insert_usage(
+                conn, [rows.UsageRecord(f"u-{cust}", usage(cust, "10.00"), at(n * 4 + 1))]
+            )
+        # `released`: its close was held, then the hold released; the worker has not yet
+        # read the marker the release re-sent (it is past the replay's window).
+        store.closes.record_close(conn, marker, "held", None)
+        store.holds.record_hold(
+            conn,
+            customer_id=released,
+            billing_period=PERIOD,
+            reason="dead-lettered: bad record",
+            event_id="e-bad",
+            source=at(9),
+        )
+        conn.execute(
+            "UPDATE invoice_holds SET released_at = now() WHERE customer_id = %s", (released,)
+        )
+    # `racing`: its worker committed revision 1's tax document (other lines: it read a
+    # line the replay's window ends before) and is about to write the invoice.
+    tax.calculate(
+        idempotency_key=f"{invoice_id_for(racing, PERIOD, 1)}:r1",
+        customer_id=racing,
+        currency="USD",
+        lines=[
+            TaxLine(f"u-{racing}", Decimal("10.00"), "us-east-1", None),
+            TaxLine("u-late", Decimal("5.00"), "us-east-1", None),
+        ],
+    )
+    client = redis_lib.Redis.from_url(db.redis.url, socket_timeout=5)
+    lease = Lease.acquire(
+        client, f"replay-{unique}", ttl_s=30, holder="test", key_prefix=f"t{unique}:"
+    )
+    try:
+        ctx = _replay_context(db, pool, unique, tax, rebuild, lease)
+        with pool.connection() as conn:
+            ctx.closed = store.closes.closed_customers(conn, PERIOD, TOPIC) | {racing}
+            ctx.held_closes = store.closes.last_close_held(conn, PERIOD, TOPIC)
+            ctx.db_customers = store.usage.customers(conn, [released, racing])
+        ctx.usage = rebuild.usage_by_customer()
+        ctx.worker_next = {0: 10}
+        released_outcome = replay_customer(ctx, released)
+        racing_outcome = replay_customer(ctx, racing)
+    finally:
+        lease.release()
+        client.close()
+    with pool.connection() as conn:
+        written = store.invoices.current_invoice(conn, released, PERIOD)
+        recorded = conn.execute(
+            "SELECT customer_id, outcome FROM replay_results WHERE run_id = %s", (ctx.run_id,)
+        ).fetchall()
+    assert written is None and released_outcome.outcome == "skipped", (
+        f"the replay wrote revision 1 of a released hold, racing the worker: "
+        f"{released_outcome.outcome} {released_outcome.reason}"
+    )
+    assert racing_outcome.transient, (
+        f"the replay's 409 on the worker's tax document is a permanent failure: "
+        f"{racing_outcome.outcome} {racing_outcome.reason}"
+    )
+    assert (racing, "failed") not in {(r[0], r[1]) for r in recorded}
+
+
+# --------------------------------------------------------------------------- 6
+
+
+def test_6_a_replay_prices_with_the_rates_of_now_not_the_rate_cache(
+    settings: Settings, unique: str, tmp_path: Any
+) -> None:
+    import redis as redis_lib
+
+    from streams.adapters.tax.cache import RedisTaxCache
+    from streams.adapters.tax.client import HttpTaxService
+    from streams.bootstrap import replay_period
+    from streams.replay.report import Mode
+    from tests.support.pipeline import isolated_pipeline
+
+    with isolated_pipeline(settings, unique, tmp_path) as p:
+        cust = f"c-{unique}"
+        region = f"zz-{unique}"  # its own rate cache entry: other tests never see it
+        data = usage(cust, "100.00").model_copy(update={"region_id": region})
+        envelopes = [
+            Envelope.wrap(customer(cust), id=f"cu-{unique}", source="/t"),
+            Envelope.wrap(data, id=f"u-{unique}", source="/t"),
+        ]
+        producer = make_producer(p.settings.kafka)
+        coords: list[tuple[int, int]] = []
+        for envelope in envelopes:
+            enc = encode(envelope)
+            producer.produce(
+                p.topic,
+                key=enc.key,
+                value=enc.value,
+                headers=list(enc.headers),
+                on_delivery=lambda err, msg: coords.append(
+                    (msg.partition() or 0, msg.offset() or 0)
+                ),
+            )
+        producer.flush(30)
+        partition = coords[0][0]
+        src = [rows.SourceCoordinates(p.topic, part, off) for part, off in coords]
+        token = fencing.FencingToken(p.settings.worker.invoicing_group, p.topic, partition, 1, "m")
+        client = redis_lib.Redis.from_url(settings.redis.url, socket_timeout=5)
+        http = HttpTaxService(p.settings.tax, cache=RedisTaxCache(client, ttl_s=3600))
+        with ConnectionPool(
+            p.settings.postgres.dsn(), min_size=1, max_size=3, kwargs={"autocommit": False}
+        ) as pool:
+            with pool.connection() as conn:  # what the worker stored, as it would have
+                fencing.claim(conn, token)
+                with conn.transaction():
+                    store.usage.upsert_customer(conn, f"cu-{unique}", customer(cust), src[0])
+                    store.usage.insert_usage(conn, [rows.UsageRecord(f"u-{unique}", data, src[1])])
+            marker = rows.CloseMarker(
+                f"close-{unique}",
+                cust,
+                PERIOD,
+                "period_closed",
+                rows.SourceCoordinates(p.topic, partition, src[1].offset + 1),
+            )
+            result = run_invoice_job(
+                JobContext(pool=pool, tax=http, invoices_topic=p.invoices_topic),
+                marker,
+                token,
+                threading.Event(),
+            )
+            assert result.outcome is Outcome.INVOICED, result.detail
+            # the worker's answer put the region's rate in the cache; then the rate changes
+            p.tax.admin.configure(rate_overrides={"GLOBAL": "0.3"})
+            report = replay_period(PERIOD, p.settings, mode=Mode.DRY_RUN, progress=False)
+        http.close()
+        client.close()
+    outcome = next(o for o in report.outcomes if o.customer_id == cust)
+    assert outcome.outcome == "difference", (
+        f"the replay priced through the cached rate: {outcome.outcome} {outcome.reason}"
+    )
