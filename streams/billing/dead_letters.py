@@ -50,10 +50,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, Message, Producer
+from confluent_kafka import KafkaError, KafkaException, Message
 
 from streams.adapters.kafka import Record
 from streams.billing.metrics import DEAD_LETTERED, DEAD_LETTERS_TRUNCATED
+from streams.billing.ports import KafkaSink
 from streams.domain.codec import read_json
 from streams.domain.errors import InvalidEvent
 from streams.domain.periods import PERIOD_PATTERN
@@ -115,7 +116,9 @@ class Delivery:
 
 
 class DeadLetters:
-    """Publishes dead-letter records to one topic and waits for their delivery.
+    """Publishes dead-letter records to one topic and waits for their delivery
+    (the :class:`~streams.billing.ports.DeadLetterSink` port, on a
+    :class:`~streams.billing.ports.KafkaSink`).
 
     Two steps, so that a consumer sends all the dead letters of a batch and waits
     once (:meth:`submit` each, then :meth:`wait`); :meth:`publish` is both for one
@@ -125,7 +128,7 @@ class DeadLetters:
     """
 
     def __init__(
-        self, producer: Producer, topic: str, group_id: str, timeout_s: float = 30.0
+        self, producer: KafkaSink, topic: str, group_id: str, timeout_s: float = 30.0
     ) -> None:
         self._producer = producer
         self.topic = topic

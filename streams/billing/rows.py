@@ -18,9 +18,16 @@ from datetime import datetime
 from decimal import Decimal
 from typing import TypedDict
 
-from streams.domain.events import UsageRecorded
+from streams.domain.events import (
+    EventData,
+    SubscriptionEnded,
+    SubscriptionEvent,
+    UsageMetered,
+    UsageRecorded,
+)
 from streams.domain.invoice import InvoiceTotals, TaxedLine, UsageLine
 from streams.domain.money import canonical_decimal
+from streams.domain.periods import BillingPeriod
 
 __all__ = [
     "CloseMarker",
@@ -34,9 +41,12 @@ __all__ = [
     "IssuedInvoice",
     "LateUsage",
     "LockedInvoice",
+    "MeteredRecord",
+    "RecordConflict",
     "SourceCoordinates",
     "StoredInvoice",
     "StoredInvoiceLine",
+    "SubscriptionRecord",
     "UsageConflict",
     "UsageRecord",
     "payload_hash",
@@ -56,20 +66,23 @@ class SourceCoordinates:
 _DECIMAL_FIELDS = ("amount", "quantity", "consumed_quantity")
 
 
-def payload_hash(data: UsageRecorded) -> str:
+def payload_hash(data: EventData) -> str:
     """SHA-256 of the event data's canonical JSON: equal facts, equal hash.
 
     Decimals are hashed in canonical form (:func:`~streams.domain.money.canonical_decimal`:
     ``1.0``, ``1.00`` and ``1`` are one amount), so a resend that writes an amount with
-    another number of trailing zeros is a duplicate, not a conflict (issue 10). Rows
-    stored before this rule kept the hash of the written form; the usage store
-    compares those by their stored columns (:func:`streams.billing.store.usage.insert_usage`).
+    another number of trailing zeros is a duplicate, not a conflict (issue 10); the
+    decimals of ``usage.metered`` are canonical already (``"10"`` and ``"10.0"`` hash
+    alike). Usage rows stored before this rule kept the hash of the written form; the
+    usage store compares those by their stored columns
+    (:func:`streams.billing.store.usage.insert_usage`).
     """
     dumped = data.model_dump(mode="json")
-    for name in _DECIMAL_FIELDS:
-        value = getattr(data, name, None)
-        if isinstance(value, Decimal):
-            dumped[name] = format(canonical_decimal(value), "f")
+    if isinstance(data, UsageRecorded):
+        for name in _DECIMAL_FIELDS:
+            value = getattr(data, name, None)
+            if isinstance(value, Decimal):
+                dumped[name] = format(canonical_decimal(value), "f")
     canonical = json.dumps(dumped, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
 
@@ -85,6 +98,60 @@ class UsageRecord:
     @property
     def payload_sha256(self) -> str:
         return payload_hash(self.data)
+
+
+@dataclass(frozen=True)
+class MeteredRecord:
+    """A ``usage.metered`` event and where it was read, ready to be stored
+    (``metered_usage``; its period is the UTC month of ``event_time``)."""
+
+    event_id: str
+    data: UsageMetered
+    source: SourceCoordinates
+
+    @property
+    def payload_sha256(self) -> str:
+        return payload_hash(self.data)
+
+    @property
+    def billing_period(self) -> str:
+        return str(BillingPeriod.of(self.data.event_time))
+
+
+@dataclass(frozen=True)
+class SubscriptionRecord:
+    """A ``subscription.*`` event and where it was read (``subscription_events``)."""
+
+    event_id: str
+    data: SubscriptionEvent
+    source: SourceCoordinates
+
+    @property
+    def payload_sha256(self) -> str:
+        return payload_hash(self.data)
+
+    @property
+    def plan(self) -> tuple[str | None, int | None]:
+        """``(plan code, version)``; ``(None, None)`` for ``subscription.ended``."""
+        if isinstance(self.data, SubscriptionEnded):
+            return None, None
+        return self.data.plan_code, self.data.plan_version
+
+
+@dataclass(frozen=True)
+class RecordConflict:
+    """A metered or subscription event id already stored with a different payload
+    (never overwritten): the record refused, the stored payload's hash and where the
+    stored one was read. ``billing_period`` is what the hold names (None: every
+    period, for a subscription event)."""
+
+    record: MeteredRecord | SubscriptionRecord
+    stored_sha256: str
+    stored_source: SourceCoordinates
+
+    @property
+    def billing_period(self) -> str | None:
+        return self.record.billing_period if isinstance(self.record, MeteredRecord) else None
 
 
 @dataclass(frozen=True)

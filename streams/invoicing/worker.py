@@ -2,11 +2,13 @@
 
 Per partition, records are handled in offset order:
 
-- ``customer.upserted`` and ``usage.recorded`` are stored in batches (one fenced
-  transaction per partition per poll, then the offset commit — the commit point
-  of :mod:`streams.billing.commit`); usage is deduplicated by event id, and
-  the same id with a different payload is dead-lettered as a conflict, never
-  overwritten;
+- ``customer.upserted``, ``usage.recorded``, ``usage.metered`` and
+  ``subscription.*`` are stored in batches (one fenced transaction per partition
+  per poll, then the offset commit — the commit point of
+  :mod:`streams.billing.commit`); usage, metered usage and subscription events
+  are deduplicated by event id, and the same id with a different payload is
+  dead-lettered as a conflict, never overwritten (its customer held: the period
+  of a metered event, every period for a subscription event);
 - a ``billing_period.closed`` marker first flushes what precedes it, then
   **pauses** the partition and hands an invoice job to a thread pool
   (:mod:`streams.invoicing.jobs`). The poll loop keeps polling — which keeps the
@@ -65,12 +67,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-from psycopg_pool import ConnectionPool, PoolTimeout
+from confluent_kafka import KafkaException, TopicPartition
+from psycopg_pool import PoolTimeout
 
 from streams import topics
 from streams.adapters.kafka import Record, group_metadata, record_of
-from streams.billing import fencing, rows, store
+from streams.billing import fencing, rows
 from streams.billing.commit import CommitPoint, write_fenced
 from streams.billing.dead_letters import (
     DeadLetterError,
@@ -83,9 +85,19 @@ from streams.billing.dead_letters import (
 )
 from streams.billing.failures import Disposition, Failure, TransientError, classify
 from streams.billing.metrics import CLAIMS_REFUSED, FENCING_REFUSALS
-from streams.billing.ports import TaxService
+from streams.billing.ports import Database, KafkaSink, KafkaSource, TaxService
+from streams.billing.stores import POSTGRES, Stores
 from streams.domain.codec import decode
-from streams.domain.events import BillingPeriodClosed, CustomerUpserted, Envelope, UsageRecorded
+from streams.domain.events import (
+    BillingPeriodClosed,
+    CustomerUpserted,
+    Envelope,
+    SubscriptionChanged,
+    SubscriptionEnded,
+    SubscriptionStarted,
+    UsageMetered,
+    UsageRecorded,
+)
 from streams.invoicing.jobs import JobContext, JobResult, Outcome, run_invoice_job
 from streams.invoicing.metrics import (
     BISECTIONS,
@@ -104,10 +116,17 @@ from streams.settings import Settings
 log = logging.getLogger("streams.invoicing.worker")
 
 #: The event types the worker reads; any other type on the topic is dead-lettered.
-#: A new stored type (rating: ``usage.metered``, ``subscription.*``) is added here and
-#: to :meth:`InvoicingWorker._batch_of` / :func:`_write_batch`; its failures need no
-#: new handling (streams/billing/failures.py).
-ACCOUNT_EVENT_TYPES = (CustomerUpserted, UsageRecorded, BillingPeriodClosed)
+#: A new stored type is added here and to the batch routing of :meth:`InvoicingWorker._handle`
+#: and the batch write; its failures need no new handling (streams/billing/failures.py).
+ACCOUNT_EVENT_TYPES = (
+    CustomerUpserted,
+    UsageRecorded,
+    BillingPeriodClosed,
+    UsageMetered,
+    SubscriptionStarted,
+    SubscriptionChanged,
+    SubscriptionEnded,
+)
 
 
 @dataclass
@@ -123,6 +142,8 @@ class _Batch:
         default_factory=list
     )
     usage: list[rows.UsageRecord] = field(default_factory=list)
+    metered: list[rows.MeteredRecord] = field(default_factory=list)
+    subscriptions: list[rows.SubscriptionRecord] = field(default_factory=list)
     holds: list[rows.HoldRequest] = field(default_factory=list)
     messages: list[Record] = field(default_factory=list)
     letters: list[rows.DeadLetterRecord] = field(default_factory=list)
@@ -132,6 +153,8 @@ class _Batch:
         """The offsets with an effect in this batch, in order."""
         found = {source.offset for _id, _data, source in self.customers}
         found |= {record.source.offset for record in self.usage}
+        found |= {record.source.offset for record in self.metered}
+        found |= {record.source.offset for record in self.subscriptions}
         found |= {hold["source"].offset for hold in self.holds}
         found |= {letter.source_offset for letter in self.letters}
         return sorted(found)
@@ -143,6 +166,10 @@ class _Batch:
             (left if item[2].offset < at else right).customers.append(item)
         for record in self.usage:
             (left if record.source.offset < at else right).usage.append(record)
+        for metered in self.metered:
+            (left if metered.source.offset < at else right).metered.append(metered)
+        for event in self.subscriptions:
+            (left if event.source.offset < at else right).subscriptions.append(event)
         for hold in self.holds:
             (left if hold["source"].offset < at else right).holds.append(hold)
         for letter in self.letters:
@@ -152,14 +179,28 @@ class _Batch:
         return left, right
 
     def has_record_at(self, offset: int) -> bool:
-        """Whether a stored effect (customer or usage) comes from ``offset``."""
-        return any(s.offset == offset for _i, _d, s in self.customers) or any(
-            r.source.offset == offset for r in self.usage
+        """Whether a stored effect (customer, usage, metered or subscription event)
+        comes from ``offset``."""
+        return (
+            any(s.offset == offset for _i, _d, s in self.customers)
+            or any(r.source.offset == offset for r in self.usage)
+            or any(m.source.offset == offset for m in self.metered)
+            or any(e.source.offset == offset for e in self.subscriptions)
         )
 
 
 class _Raced(TransientError):
     """A usage id was stored by someone else between the batch's read and its write."""
+
+
+class _RecordConflicts(Exception):
+    """Metered or subscription events of the batch conflict with stored ones (same id,
+    another payload): the batch's transaction is rolled back, they are dead-lettered,
+    and the batch is written without them."""
+
+    def __init__(self, conflicts: list[rows.RecordConflict]) -> None:
+        super().__init__(f"{len(conflicts)} conflicting metered or subscription event(s)")
+        self.conflicts = conflicts
 
 
 class _Gate:
@@ -215,11 +256,14 @@ class InvoicingWorker:
     Args:
         settings: the settings (topics from ``kafka.topic_prefix``; group from
             ``worker.invoicing_group``; ``worker.batch_size``, ``worker.max_jobs``).
-        pool: PostgreSQL pool of the application role (``max_jobs + 2`` connections).
+        pool: PostgreSQL pool of the application role (``max_jobs + 2`` connections),
+            or another :class:`~streams.billing.ports.Database` with its ``stores``.
         tax: the tax service.
         consumer: a consumer of group ``worker.invoicing_group`` (manual commits,
             cooperative-sticky); this worker subscribes and closes it.
         producer: for the dead-letter topic; this worker flushes it on shutdown.
+        stores: the store implementations ``pool``'s connections take (default: the
+            PostgreSQL ones, :data:`streams.billing.stores.POSTGRES`).
         stop: when set, :meth:`run` finishes and returns.
         retry_backoff_s: pause of a partition after a transient failure (seconds).
         db_timeout_s: longest wait of the poll thread for a database connection
@@ -234,10 +278,11 @@ class InvoicingWorker:
         self,
         settings: Settings,
         *,
-        pool: ConnectionPool[Any],
+        pool: Database[Any],
         tax: TaxService,
-        consumer: Consumer,
-        producer: Producer,
+        consumer: KafkaSource,
+        producer: KafkaSink,
+        stores: Stores[Any] = POSTGRES,
         stop: threading.Event | None = None,
         retry_backoff_s: float = 2.0,
         db_timeout_s: float = 2.0,
@@ -250,6 +295,7 @@ class InvoicingWorker:
         self.topic = topics.ACCOUNT_EVENTS.with_prefix(prefix).name
         self.invoices_topic = topics.INVOICES.with_prefix(prefix).name
         self.pool = pool
+        self.stores = stores
         self.consumer = consumer
         self.producer = producer
         self.commit_point = CommitPoint(self.consumer)
@@ -259,7 +305,9 @@ class InvoicingWorker:
             self.group_id,
             timeout_s=dead_letter_timeout_s,
         )
-        self.jobs_ctx = JobContext(pool=pool, tax=tax, invoices_topic=self.invoices_topic)
+        self.jobs_ctx = JobContext(
+            pool=pool, tax=tax, invoices_topic=self.invoices_topic, stores=stores
+        )
         self.executor = ThreadPoolExecutor(
             max_workers=settings.worker.max_jobs, thread_name_prefix="invoice-job"
         )
@@ -306,7 +354,7 @@ class InvoicingWorker:
 
     # ------------------------------------------------------------------ rebalance callbacks
 
-    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    def _on_assign(self, consumer: KafkaSource, partitions: list[TopicPartition]) -> None:
         if not partitions:
             return
         # librdkafka keeps a partition's pause flag across revoke/loss and re-assignment to
@@ -334,7 +382,7 @@ class InvoicingWorker:
             return
         try:
             with self.pool.connection(timeout=self.db_timeout_s) as conn:
-                fencing.claim(conn, token)
+                self.stores.fences.claim(conn, token)
         except fencing.ClaimRefused as exc:
             self._db.succeeded()
             CLAIMS_REFUSED.inc()
@@ -368,10 +416,10 @@ class InvoicingWorker:
             token.member_id,
         )
 
-    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    def _on_revoke(self, consumer: KafkaSource, partitions: list[TopicPartition]) -> None:
         self._release(partitions, "revoked")
 
-    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    def _on_lost(self, consumer: KafkaSource, partitions: list[TopicPartition]) -> None:
         self._release(partitions, "lost")
 
     def _release(self, partitions: list[TopicPartition], how: str) -> None:
@@ -582,6 +630,10 @@ class InvoicingWorker:
                 elif not self._dead_letter_conflict(batch, record, first[1], msg):
                     self._flush_failed(partition, msgs[0].offset, "dead-letter publish failed")
                     return
+            elif isinstance(data, UsageMetered):
+                batch.metered.append(rows.MeteredRecord(item.envelope.id, data, source))
+            elif isinstance(data, SubscriptionStarted | SubscriptionChanged | SubscriptionEnded):
+                batch.subscriptions.append(rows.SubscriptionRecord(item.envelope.id, data, source))
             batch.messages.append(msg)
         next_offset = marker.msg.offset if marker is not None else msgs[-1].offset + 1
         if batch.messages and not self._flush(partition, token, batch, next_offset=next_offset):
@@ -641,8 +693,8 @@ class InvoicingWorker:
             if item.envelope is not None and isinstance(item.envelope.data, UsageRecorded)
         ]
         with self.pool.connection(timeout=self.db_timeout_s) as conn:
-            known = store.dead_letters.recorded(conn, self.topic, partition, offsets)
-            stored = store.usage.stored_payloads(conn, ids) if ids else {}
+            known = self.stores.dead_letters.recorded(conn, self.topic, partition, offsets)
+            stored = self.stores.usage.stored_payloads(conn, ids) if ids else {}
             conn.rollback()
         self._db.succeeded()
         return known, stored
@@ -859,7 +911,10 @@ class InvoicingWorker:
             HOLDS.inc(len(batch.holds))
         RECORDS.labels("usage.recorded", "stored").inc(len(batch.usage))
         RECORDS.labels("customer.upserted", "stored").inc(len(batch.customers))
+        RECORDS.labels("usage.metered", "stored").inc(len(batch.metered))
+        RECORDS.labels("subscription", "stored").inc(len(batch.subscriptions))
         self.stats["usage_stored"] += len(batch.usage)
+        self.stats["metered_stored"] += len(batch.metered)
         self._commit(partition, next_offset)
         return True
 
@@ -888,10 +943,21 @@ class InvoicingWorker:
     ) -> bool:
         """One fenced transaction for ``batch``; a permanent failure bisects it."""
         try:
-            write_fenced(self.pool, token, _write_batch(batch), timeout_s=self.db_timeout_s)
+            write_fenced(
+                self.pool,
+                token,
+                _write_batch(batch, self.stores),
+                stores=self.stores,
+                timeout_s=self.db_timeout_s,
+            )
         except fencing.Fenced as exc:
             self._fenced(partition, "records", exc)
             return False
+        except _RecordConflicts as exc:
+            # Metered or subscription events whose id is stored with another payload
+            # (found by the store's insert; the transaction rolled back): dead-letter
+            # them as read, outside any transaction, hold their customers, write the rest.
+            return self._write_without_conflicts(partition, token, batch, first_offset, exc)
         except Exception as exc:
             failure = self._failed("write", exc)
             if failure.permanent:
@@ -958,6 +1024,97 @@ class InvoicingWorker:
         )
         self._flush_failed(partition, first_offset, failure.reason)
         return False
+
+    def _write_without_conflicts(
+        self,
+        partition: int,
+        token: fencing.FencingToken,
+        batch: _Batch,
+        first_offset: int,
+        found: _RecordConflicts,
+    ) -> bool:
+        """Dead-letter the conflicting metered / subscription events of ``found`` (each
+        once, as it was read, with its customer held: the period of a metered event,
+        every period for a subscription event), then write ``batch`` without them."""
+        originals = {m.offset: m for m in batch.messages}
+        conflicted: set[int] = set()
+        for conflict in found.conflicts:
+            offset = conflict.record.source.offset
+            if offset in conflicted:
+                continue
+            if not self._dead_letter_record_conflict(batch, conflict, originals.get(offset)):
+                self._flush_failed(partition, first_offset, "dead-letter publish failed")
+                return False
+            conflicted.add(offset)
+        if not self._await_dead_letters(partition, first_offset, batch.deliveries):
+            return False
+        batch.metered = [r for r in batch.metered if r.source.offset not in conflicted]
+        batch.subscriptions = [r for r in batch.subscriptions if r.source.offset not in conflicted]
+        return self._write(partition, token, batch, first_offset)
+
+    def _dead_letter_record_conflict(
+        self, batch: _Batch, conflict: rows.RecordConflict, original: Record | None
+    ) -> bool:
+        """Submit the dead letter of a conflicting metered or subscription event (see
+        :meth:`_dead_letter_conflict`); queue its ``dead_letters`` row and hold. False
+        when the producer refused it."""
+        record = conflict.record
+        stored = conflict.stored_source
+        reason = (
+            f"event id {record.event_id} already recorded with a different payload "
+            f"(stored from {stored.topic}[{stored.partition}]@{stored.offset}); "
+            f"the stored {record.data.event_type} is kept"
+        )
+        if original is not None:
+            key, value, headers = original.key, original.value, list(original.headers)
+        else:  # pragma: no cover - a record's effects come with its message
+            from streams.domain.codec import encode
+
+            encoded = encode(
+                Envelope.wrap(record.data, id=record.event_id, source="/invoicing/worker/conflict")
+            )
+            key, value, headers = encoded.key, encoded.value, list(encoded.headers)
+        letter = Letter(
+            key,
+            value,
+            headers,
+            record.source.topic,
+            record.source.partition,
+            record.source.offset,
+            "conflict",
+            reason,
+        )
+        try:
+            batch.deliveries.append(self.dead_letters.submit(letter))
+        except DeadLetterError as exc:
+            log.warning("%s", exc)
+            return False
+        RECORDS.labels(record.data.event_type, "conflict").inc()
+        self.stats["conflicts"] += 1
+        log.warning("%s conflict dead-lettered: %s", record.data.event_type, reason)
+        customer = record.data.customer_id
+        batch.letters.append(
+            rows.DeadLetterRecord(
+                record.source.topic,
+                record.source.partition,
+                record.source.offset,
+                self.dead_letters.topic,
+                "conflict",
+                reason,
+                record.event_id,
+                [customer],
+            )
+        )
+        batch.holds.append(
+            {
+                "customer_id": customer,
+                "billing_period": conflict.billing_period,
+                "reason": reason,
+                "event_id": record.event_id,
+                "source": record.source,
+            }
+        )
+        return True
 
     def _flush_failed(self, partition: int, rewind_to: int, reason: str) -> None:
         self._back_off(partition)
@@ -1104,7 +1261,7 @@ class InvoicingWorker:
             return False
         try:
             with self.pool.connection(timeout=self.db_timeout_s) as conn:
-                known = store.dead_letters.recorded(
+                known = self.stores.dead_letters.recorded(
                     conn, marker.source.topic, marker.source.partition, [marker.source.offset]
                 )
                 conn.rollback()
@@ -1130,7 +1287,7 @@ class InvoicingWorker:
                 )
 
             def work(conn: Any) -> None:
-                store.holds.record_hold(
+                self.stores.holds.record_hold(
                     conn,
                     customer_id=marker.customer_id,
                     billing_period=marker.billing_period,
@@ -1138,8 +1295,8 @@ class InvoicingWorker:
                     event_id=marker.event_id,
                     source=marker.source,
                 )
-                store.closes.record_close(conn, marker, "held", None)
-                store.dead_letters.record(
+                self.stores.closes.record_close(conn, marker, "held", None)
+                self.stores.dead_letters.record(
                     conn,
                     [
                         rows.DeadLetterRecord(
@@ -1155,7 +1312,9 @@ class InvoicingWorker:
                     ],
                 )
 
-            write_fenced(self.pool, result.token, work, timeout_s=self.db_timeout_s)
+            write_fenced(
+                self.pool, result.token, work, stores=self.stores, timeout_s=self.db_timeout_s
+            )
         except fencing.Fenced as exc:
             self._fenced(partition, "invoice", exc)
             return False
@@ -1222,22 +1381,29 @@ def _result_of(job: InvoiceJob) -> JobResult:
     return job.future.result()
 
 
-def _write_batch(batch: _Batch) -> Callable[[psycopg.Connection[Any]], None]:
+def _write_batch(batch: _Batch, stores: Stores[Any]) -> Callable[[Any], None]:
     """The batch's statements, after the fence check: customers, usage (no conflict may
-    appear: they were found before), holds, and the dead letters' rows."""
+    appear: they were found before), metered and subscription events (a conflict
+    rolls the transaction back: :class:`_RecordConflicts`), holds, and the dead
+    letters' rows."""
 
-    def work(conn: psycopg.Connection[Any]) -> None:
+    def work(conn: Any) -> None:
         for event_id, data, source in batch.customers:
-            store.usage.upsert_customer(conn, event_id, data, source)
-        conflicts = store.usage.insert_usage(conn, batch.usage)
+            stores.usage.upsert_customer(conn, event_id, data, source)
+        conflicts = stores.usage.insert_usage(conn, batch.usage)
         if conflicts:
             raise _Raced(
                 f"{len(conflicts)} usage event id(s) stored meanwhile with another payload, "
                 f"e.g. {conflicts[0].record.event_id}"
             )
+        others = stores.metering.insert_metered(
+            conn, batch.metered
+        ) + stores.metering.insert_subscriptions(conn, batch.subscriptions)
+        if others:
+            raise _RecordConflicts(others)
         for hold in batch.holds:
-            store.holds.record_hold(conn, **hold)
-        store.dead_letters.record(conn, batch.letters)
+            stores.holds.record_hold(conn, **hold)
+        stores.dead_letters.record(conn, batch.letters)
 
     return work
 

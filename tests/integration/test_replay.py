@@ -485,7 +485,7 @@ def test_a_killed_apply_keeps_its_lease_until_the_ttl_then_resumes(pipeline: Pip
 
     focus_flow(p, before_close=lose_two)
     period = lost[0][1]
-    ttl = "4"
+    ttl = "15"  # long enough that a second process starts before it ends, on a loaded machine
     killed = run_replay_cli(
         p, period, "--apply", "--lease-ttl", ttl, INVOICING_FAULT__KILL_REPLAY_AFTER_WRITES="1"
     )

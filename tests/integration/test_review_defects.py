@@ -63,7 +63,7 @@ pytestmark = pytest.mark.timeout(180)
 def db(settings: Settings, unique: str) -> Iterator[Settings]:
     """Settings whose database is a fresh one of this test, migrated to head."""
     database = f"inv_{unique}"
-    with psycopg.connect(settings.postgres.dsn(), autocommit=True) as conn:
+    with psycopg.connect(settings.postgres.dsn("provisioner"), autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
     pg = settings.postgres.model_copy(update={"database": database})
     try:
@@ -76,7 +76,7 @@ def db(settings: Settings, unique: str) -> Iterator[Settings]:
 @pytest.fixture
 def pool(db: Settings) -> Iterator[ConnectionPool[Any]]:
     with ConnectionPool(
-        db.postgres.dsn(), min_size=1, max_size=6, kwargs={"autocommit": False}
+        db.postgres.dsn("owner"), min_size=1, max_size=6, kwargs={"autocommit": False}
     ) as p:
         yield p
 
@@ -245,7 +245,7 @@ def test_3a_a_database_outage_does_not_hold_the_poll_thread(db: Settings, unique
 
     down = db.postgres.model_copy(update={"port": free_port()})  # nothing listens there
     dead_pool: ConnectionPool[Any] = ConnectionPool(
-        down.dsn(), min_size=1, max_size=2, open=False, kwargs={"autocommit": False}
+        down.dsn("owner"), min_size=1, max_size=2, open=False, kwargs={"autocommit": False}
     )
     dead_pool.open(wait=False)
     try:
@@ -298,7 +298,7 @@ def test_3b_no_dead_letter_is_produced_inside_a_fenced_transaction(
     prefix = f"t{unique}."
     kafka = db.kafka.model_copy(update={"topic_prefix": prefix})
     ensure_topics(kafka, topic_specs(kafka))
-    producer = FenceProbeProducer(producer_config(db.kafka), db.postgres.dsn())
+    producer = FenceProbeProducer(producer_config(db.kafka), db.postgres.dsn("owner"))
     worker = make_worker(db, pool, unique, producer=producer)
     token = token_of(worker, 0)
     with pool.connection() as conn:
@@ -509,7 +509,7 @@ def test_5_the_replay_neither_races_the_worker_nor_fails_on_its_tax_document(
             TaxLine("u-late", Decimal("5.00"), "us-east-1", None),
         ],
     )
-    client = redis_lib.Redis.from_url(db.redis.url, socket_timeout=5)
+    client = redis_lib.Redis.from_url(db.redis.url.get_secret_value(), socket_timeout=5)
     lease = Lease.acquire(
         client, f"replay-{unique}", ttl_s=30, holder="test", key_prefix=f"t{unique}:"
     )
@@ -581,10 +581,10 @@ def test_6_a_replay_prices_with_the_rates_of_now_not_the_rate_cache(
         partition = coords[0][0]
         src = [rows.SourceCoordinates(p.topic, part, off) for part, off in coords]
         token = fencing.FencingToken(p.settings.worker.invoicing_group, p.topic, partition, 1, "m")
-        client = redis_lib.Redis.from_url(settings.redis.url, socket_timeout=5)
+        client = redis_lib.Redis.from_url(settings.redis.url.get_secret_value(), socket_timeout=5)
         http = HttpTaxService(p.settings.tax, cache=RedisTaxCache(client, ttl_s=3600))
         with ConnectionPool(
-            p.settings.postgres.dsn(), min_size=1, max_size=3, kwargs={"autocommit": False}
+            p.settings.postgres.dsn("owner"), min_size=1, max_size=3, kwargs={"autocommit": False}
         ) as pool:
             with pool.connection() as conn:  # what the worker stored, as it would have
                 fencing.claim(conn, token)

@@ -1,7 +1,7 @@
 """dead_letters: which records were dead-lettered, so that none is dead-lettered twice.
 
 Revision ID: 0007
-Revises: 0004
+Revises: 0006
 Create Date: 2027-02-01
 
 One row per dead-lettered record, keyed by its source coordinates (topic,
@@ -24,13 +24,16 @@ another payload), ``rejected`` (a close marker whose invoice a rule refused),
 ``customers``: the customers it holds (none: unattributed).
 
 Numbered 0007 by the plan of issue 10 (0005 and 0006 belong to parallel work);
-chained to the head of this branch. The lead re-chains the revisions on merge.
+chained to 0006 (the roles) since the merge of main; its grants are
+streams/grants.py's ``dead_letters`` entry.
 """
 
 from alembic import op
 
+from streams import grants
+
 revision = "0007"
-down_revision = "0004"
+down_revision = "0006"
 branch_labels = None
 depends_on = None
 
@@ -53,6 +56,7 @@ def upgrade() -> None:
     );
     """
     )
+    grants.apply(op.get_bind(), only_existing=True)
 
 
 def downgrade() -> None:
