@@ -29,6 +29,7 @@ import pytest
 
 from streams.adapters.lease import LeaseUnavailable
 from streams.bootstrap import replay_period
+from streams.importers import KafkaUnavailable
 from streams.replay.report import Mode
 from streams.settings import Settings
 from tests.chaos.harness import (
@@ -137,7 +138,21 @@ def test_broker_down_mid_ingest(
     )  # fmt: skip
     _began, took = _outage(settings, "kafka", w)
     wait_connector_running(p, w, timeout_s=120)
-    close_all(p, w)
+    # Right after the broker's restart close-period may refuse (KafkaUnavailable:
+    # partition leadership still settling) before it emits anything; the operator
+    # runs it again, as here.
+    refusals: list[str] = []
+
+    def closed() -> bool:
+        try:
+            close_all(p, w)
+        except KafkaUnavailable as exc:
+            refusals.append(str(exc))
+            return False
+        return True
+
+    wait_until(w, "close-period accepted after the broker restart", closed, 120, interval_s=3)
+    print(f"close-period refused {len(refusals)} time(s) after the broker restart")
     settled = wait_settled(p, w, timeout_s=180)
     report = check_invariants(p, w)
     write_report(w, f"6 broker down {took:.0f}s mid-ingest (settled {settled:.0f}s after)", report)
