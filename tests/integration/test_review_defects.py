@@ -64,7 +64,11 @@ def db(settings: Settings, unique: str) -> Iterator[Settings]:
     """Settings whose database is a fresh one of this test, migrated to head."""
     database = f"inv_{unique}"
     with psycopg.connect(settings.postgres.dsn("provisioner"), autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
+        conn.execute(
+            sql.SQL("CREATE DATABASE {} OWNER {}").format(
+                sql.Identifier(database), sql.Identifier(settings.postgres.owner.user)
+            )
+        )
     pg = settings.postgres.model_copy(update={"database": database})
     try:
         migrate.upgrade(pg)
