@@ -29,7 +29,14 @@ from streams.billing import rows, store
 from streams.billing.failures import classify
 from streams.domain.codec import decode
 from streams.domain.errors import InvalidEvent
-from streams.domain.events import CustomerUpserted, UsageRecorded
+from streams.domain.events import (
+    CustomerUpserted,
+    SubscriptionChanged,
+    SubscriptionEnded,
+    SubscriptionStarted,
+    UsageMetered,
+    UsageRecorded,
+)
 from streams.invoicing.worker import ACCOUNT_EVENT_TYPES
 from tests.fuzz.records import HypothesisPicker, account_record
 
@@ -68,6 +75,16 @@ def test_every_record_is_refused_by_the_codec_or_writable(
                     store.usage.upsert_customer(pg, envelope.id, payload, SOURCE)
                 elif isinstance(payload, UsageRecorded):
                     store.usage.insert_usage(pg, [rows.UsageRecord(envelope.id, payload, SOURCE)])
+                elif isinstance(payload, UsageMetered):
+                    store.metering.insert_metered(
+                        pg, [rows.MeteredRecord(envelope.id, payload, SOURCE)]
+                    )
+                elif isinstance(
+                    payload, SubscriptionStarted | SubscriptionChanged | SubscriptionEnded
+                ):
+                    store.metering.insert_subscriptions(
+                        pg, [rows.SubscriptionRecord(envelope.id, payload, SOURCE)]
+                    )
         except Exception as exc:  # property 2
             raise AssertionError(
                 f"a record the contract accepts was refused by PostgreSQL "
