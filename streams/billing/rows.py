@@ -11,17 +11,20 @@ codes, trimmed (the columns are ``CHAR(3)``).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from typing import TypedDict
 
-from streams.domain.events import UsageRecorded
+from streams.domain.events import UsageRecorded, datetime_json
 from streams.domain.invoice import InvoiceTotals, TaxedLine, UsageLine
 
 __all__ = [
+    "PAYLOAD_HASH_KEYS",
     "CloseMarker",
     "ClosePoint",
     "CreditNoteDraft",
@@ -37,7 +40,9 @@ __all__ = [
     "StoredInvoiceLine",
     "UsageConflict",
     "UsageRecord",
+    "canonical_json",
     "payload_hash",
+    "payload_hash_reference",
 ]
 
 
@@ -51,9 +56,91 @@ class SourceCoordinates:
 
 
 def payload_hash(data: UsageRecorded) -> str:
-    """SHA-256 of the event data's canonical JSON: equal facts, equal hash."""
+    """SHA-256 of the event data's canonical JSON (:func:`canonical_json`): equal facts,
+    equal hash."""
+    return hashlib.sha256(canonical_json(data).encode()).hexdigest()
+
+
+def canonical_json(data: UsageRecorded) -> str:
+    """The event data's canonical JSON, the text :func:`payload_hash` hashes.
+
+    The canonical JSON is ``json.dumps(data.model_dump(mode="json"), sort_keys=True,
+    separators=(",", ":"))`` (:func:`payload_hash_reference`; stored hashes were made
+    with it, so the text must never change). Written out here field by field, in
+    sorted key order, with the same escaping (ASCII, ``json``'s C encoder) and the
+    model's JSON forms (decimals ``format(d, "f")``, date-times pydantic's, once per
+    distinct value): about 5x faster than dumping the model (issue 11). A test checks
+    it against the reference on varied data and that it names every model field.
+    """
+    q = data.quantity
+    c = data.consumed_quantity
+    return (
+        f'{{"amount":"{format(data.amount, "f")}"'
+        f',"billing_period":{_ascii(data.billing_period)}'
+        f',"charge_category":{_ascii_opt(data.charge_category)}'
+        f',"consumed_quantity":{"null" if c is None else _quoted(format(c, "f"))}'
+        f',"consumed_unit":{_ascii_opt(data.consumed_unit)}'
+        f',"currency":{_ascii(data.currency)}'
+        f',"customer_id":{_ascii(data.customer_id)}'
+        f',"description":{_ascii_opt(data.description)}'
+        f',"event_time":{_ascii(_time_json(data.event_time))}'
+        f',"provider":{_ascii_opt(data.provider)}'
+        f',"quantity":{"null" if q is None else _quoted(format(q, "f"))}'
+        f',"region_id":{_ascii_opt(data.region_id)}'
+        f',"schema_version":{int(data.schema_version)}'
+        f',"sku_id":{_ascii_opt(data.sku_id)}'
+        f',"unit":{_ascii_opt(data.unit)}}}'
+    )
+
+
+#: The keys :func:`canonical_json` writes, in its order (checked against the model).
+PAYLOAD_HASH_KEYS: tuple[str, ...] = (
+    "amount",
+    "billing_period",
+    "charge_category",
+    "consumed_quantity",
+    "consumed_unit",
+    "currency",
+    "customer_id",
+    "description",
+    "event_time",
+    "provider",
+    "quantity",
+    "region_id",
+    "schema_version",
+    "sku_id",
+    "unit",
+)
+
+
+def payload_hash_reference(data: UsageRecorded) -> str:
+    """The definition :func:`payload_hash` implements (slow: a model dump per call)."""
     canonical = json.dumps(data.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+_ascii: Callable[[str], str] = json.encoder.encode_basestring_ascii
+
+
+def _ascii_opt(text: str | None) -> str:
+    return "null" if text is None else _ascii(text)
+
+
+def _quoted(decimal_text: str) -> str:
+    return f'"{decimal_text}"'  # a decimal's text has nothing to escape
+
+
+_TIME_MEMO: dict[datetime, str] = {}
+
+
+def _time_json(value: datetime) -> str:
+    found = _TIME_MEMO.get(value)
+    if found is None:
+        found = datetime_json(value)
+        if len(_TIME_MEMO) >= 4096:
+            _TIME_MEMO.clear()
+        _TIME_MEMO[value] = found
+    return found
 
 
 @dataclass(frozen=True)
@@ -64,9 +151,15 @@ class UsageRecord:
     data: UsageRecorded
     source: SourceCoordinates
 
-    @property
+    @functools.cached_property
+    def payload_json(self) -> str:
+        """:func:`canonical_json` of :attr:`data` (computed once)."""
+        return canonical_json(self.data)
+
+    @functools.cached_property
     def payload_sha256(self) -> str:
-        return payload_hash(self.data)
+        """:func:`payload_hash` of :attr:`data` (computed once)."""
+        return hashlib.sha256(self.payload_json.encode()).hexdigest()
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,15 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    WithJsonSchema,
+    model_validator,
+)
 
 from streams.domain.money import DECIMAL_PATTERN, Amount, Quantity, canonical_decimal
 from streams.domain.periods import PERIOD_PATTERN, BillingPeriod
@@ -63,6 +71,14 @@ UtcDateTime = Annotated[datetime, AfterValidator(_utc)]
 CustomerId = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:/-]+$")]
 Period = Annotated[str, Field(pattern=PERIOD_PATTERN)]
 Currency = Annotated[str, Field(pattern=CURRENCY_PATTERN)]
+
+
+_DATETIME_JSON: TypeAdapter[datetime] = TypeAdapter(datetime)
+
+
+def datetime_json(value: datetime) -> str:
+    """The JSON text (unquoted) the models give a date-time, e.g. ``2024-09-18T22:00:00Z``."""
+    return str(_DATETIME_JSON.dump_python(value, mode="json"))
 
 
 def deterministic_id(*parts: str) -> str:
