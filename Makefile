@@ -25,8 +25,9 @@ down: ## Stop the local stack (data is kept; `invoicing stack down --wipe` delet
 status: ## Show each service with port, pid and health
 	$(BIN)/invoicing stack status
 
-demo: up ## The main job on the bundled FOCUS sample: import, invoice, email, reconcile
-	$(BIN)/invoicing demo
+demo: up ## Both demos: the FOCUS sample (pre-priced), then the pricing scenario (price book, metered usage)
+	$(BIN)/invoicing demo --scenario focus
+	$(BIN)/invoicing demo --scenario pricing
 
 lint: setup ## ruff lint and format check
 	$(BIN)/ruff check .

@@ -8,6 +8,12 @@ closes) what it gets. Clients: :func:`postgres_pool`, :func:`redis_client`,
 :func:`email_sender` / :func:`run_email_sender` (the email sender),
 :func:`replay_clients` / :func:`replay_period` (a replay run). The worker, the
 email sender and the replay import nothing from here; only entrypoints do.
+
+Database roles (docs/roles.md): every pool and connection names the login it uses —
+the invoicing worker ``worker``, the email sender ``email``, close-period ``close``, a
+replay run ``replay``, the status view and the read-only commands ``operator``, the
+operator commands that write ``admin``. Nothing here connects as the owner (migrations,
+:mod:`streams.adapters.migrate`) or the provisioner (sandbox databases).
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ from streams.adapters.tax.cache import RedisTaxCache
 from streams.adapters.tax.client import HttpTaxService
 from streams.billing.ports import TaxService
 from streams.importers.close_period import DEFAULT_SCAN_MARGIN, CloseSummary, close_period
+from streams.importers.events_import import EventsImportSummary, import_events
 from streams.importers.focus_import import (
     FLUSH_TIMEOUT_S,
     IMPORT_PRODUCER_OVERRIDES,
@@ -45,12 +52,14 @@ from streams.importers.focus_import import (
     import_focus,
 )
 from streams.ops.status import StatusSources
-from streams.settings import Settings
+from streams.settings import RoleName, Settings
 
 if TYPE_CHECKING:  # imported when called: the demo and the drill pull in the fake services
+    from streams.demo.pricing.run import PricingDemoClients
     from streams.demo.run import DemoClients
     from streams.drill.run import DrillClients
     from streams.email.sender import EmailSender
+    from streams.importers.price_book import PublishSummary
     from streams.invoicing.worker import InvoicingWorker
     from streams.replay.report import ReplayReport
     from streams.replay.run import ReplayClients
@@ -58,15 +67,22 @@ if TYPE_CHECKING:  # imported when called: the demo and the drill pull in the fa
 log = logging.getLogger("streams.bootstrap")
 
 
-def postgres_pool(settings: Settings, *, name: str = "invoicing", **kwargs: Any) -> ConnectionPool:
-    """A psycopg connection pool for the application role; opened, waits until usable.
+def postgres_pool(
+    settings: Settings, *, role: RoleName, name: str = "invoicing", **kwargs: Any
+) -> ConnectionPool:
+    """A psycopg connection pool whose connections log in as ``role`` (one of
+    :class:`streams.settings.PostgresSettings`' logins: ``"worker"``, ``"email"``,
+    ``"close"``, ``"replay"``, ...; docs/roles.md says what each may do); opened, waits
+    until usable. The connection string is built by
+    :meth:`~streams.settings.PostgresSettings.dsn` (every value quoted by libpq's rules).
 
     Raises:
-        psycopg_pool.PoolTimeout: the database did not answer within 30 s.
+        psycopg_pool.PoolTimeout: the database did not answer within 30 s (the message
+            names the pool, never the password).
     """
     pg = settings.postgres
     pool = ConnectionPool(
-        pg.dsn(),
+        pg.dsn(role),
         min_size=kwargs.pop("min_size", pg.pool_min_size),
         max_size=kwargs.pop("max_size", pg.pool_max_size),
         name=name,
@@ -89,7 +105,7 @@ def redis_client(settings: Settings) -> redis.Redis:
     from redis.retry import Retry
 
     return redis.Redis.from_url(
-        settings.redis.url,
+        settings.redis.url.get_secret_value(),
         socket_timeout=settings.redis.socket_timeout_s,
         socket_connect_timeout=settings.redis.socket_timeout_s,
         health_check_interval=30,
@@ -130,19 +146,23 @@ def consumer(settings: Settings, group_id: str, **overrides: Any) -> Consumer:
 
 
 def connection(
-    settings: Settings, *, autocommit: bool = True, connect_timeout_s: int | None = None
+    settings: Settings,
+    *,
+    role: RoleName,
+    autocommit: bool = True,
+    connect_timeout_s: int | None = None,
 ) -> psycopg.Connection[TupleRow]:
-    """A new connection of the application role (autocommit unless told otherwise); the
-    caller closes it (leaving its ``with`` block commits an open transaction).
+    """A new connection logged in as ``role`` (autocommit unless told otherwise); the
+    caller closes it (leaving its ``with`` block commits an open transaction). The
+    operator commands use ``"operator"`` (read-only) or ``"admin"`` (the commands that
+    write); docs/roles.md.
 
     Raises:
         psycopg.OperationalError: the database did not answer (within
             ``connect_timeout_s`` seconds when given).
     """
-    options: dict[str, Any] = {"autocommit": autocommit}
-    if connect_timeout_s is not None:
-        options["connect_timeout"] = connect_timeout_s
-    return psycopg.connect(settings.postgres.dsn(), **options)
+    dsn = settings.postgres.dsn(role, connect_timeout=connect_timeout_s)
+    return psycopg.connect(dsn, autocommit=autocommit)
 
 
 def reader(settings: Settings, group_id: str, **overrides: Any) -> Consumer:
@@ -188,7 +208,7 @@ def outbox_connector_status(settings: Settings) -> dict[str, Any] | None:
 def status_sources(settings: Settings) -> StatusSources:
     """What ``invoicing status`` reads through (:class:`streams.ops.status.StatusSources`)."""
     return StatusSources(
-        database=lambda: connection(settings, connect_timeout_s=5),
+        database=lambda: connection(settings, role="operator", connect_timeout_s=5),
         consumer=lambda group_id: reader(settings, group_id),
         connector=lambda: outbox_connector_status(settings),
     )
@@ -213,6 +233,24 @@ def run_import_focus(
     )
 
 
+def run_import_events(
+    path: Path,
+    settings: Settings,
+    *,
+    progress: bool = True,
+    flush_timeout_s: float = FLUSH_TIMEOUT_S,
+) -> EventsImportSummary:
+    """:func:`streams.importers.events_import.import_events` with a new :func:`producer`.
+    Same errors."""
+    return import_events(
+        path,
+        settings,
+        producer=producer(settings),
+        progress=progress,
+        flush_timeout_s=flush_timeout_s,
+    )
+
+
 def run_close_period(
     period: str,
     settings: Settings,
@@ -228,7 +266,7 @@ def run_close_period(
     the pool and the Redis client are closed after the run. Same errors."""
     with (
         contextlib.closing(
-            postgres_pool(settings, name="close-period", min_size=1, max_size=2)
+            postgres_pool(settings, role="close", name="close-period", min_size=1, max_size=2)
         ) as pool,
         contextlib.closing(redis_client(settings)) as redis_conn,
     ):
@@ -247,10 +285,23 @@ def run_close_period(
         )
 
 
+def run_publish_price_book(path: Path, settings: Settings, *, published_by: str) -> PublishSummary:
+    """:func:`streams.importers.price_book.publish_price_book` with a pool of 1 connection
+    (``plans-publish``, closed after) and a new :func:`producer` (flushed by it). Same errors."""
+    from streams.importers.price_book import publish_price_book
+
+    with contextlib.closing(
+        postgres_pool(settings, name="plans-publish", role="admin", min_size=1, max_size=1)
+    ) as pool:
+        return publish_price_book(
+            path, settings, pool=pool, producer=producer(settings), published_by=published_by
+        )
+
+
 def naive_drill_redis(settings: Settings) -> redis.Redis:
     """The naive drill's Redis client: a plain one with a 10 s socket timeout, as the
     failed design's workers had (no retry policy of ours: it reproduces that design)."""
-    return redis.Redis.from_url(settings.redis.url, socket_timeout=10)
+    return redis.Redis.from_url(settings.redis.url.get_secret_value(), socket_timeout=10)
 
 
 def drill_clients() -> DrillClients:
@@ -265,7 +316,22 @@ def demo_clients() -> DemoClients:
     from streams.demo.run import DemoClients
 
     return DemoClients(
-        import_focus=run_import_focus, close_period=run_close_period, database=connection
+        import_focus=run_import_focus,
+        close_period=run_close_period,
+        database=lambda settings: connection(settings, role="operator"),
+    )
+
+
+def pricing_demo_clients() -> PricingDemoClients:
+    """What ``invoicing demo --scenario pricing`` runs through
+    (:class:`streams.demo.pricing.run.PricingDemoClients`; the price book is published by
+    the ``invoicing plans publish`` command, run as a process)."""
+    from streams.demo.pricing.run import PricingDemoClients
+
+    return PricingDemoClients(
+        import_events=run_import_events,
+        close_period=run_close_period,
+        database=lambda settings: connection(settings, role="operator"),
     )
 
 
@@ -332,6 +398,7 @@ def run_invoicing_worker(
             signal.signal(sig, lambda *_: stop.set())
     pool = postgres_pool(
         settings,
+        role="worker",
         name="invoicing-worker",
         max_size=max(settings.postgres.pool_max_size, settings.worker.max_jobs + 2),
     )
@@ -413,7 +480,7 @@ def run_email_sender(
         owned.callback(log.info, "email sender stopped")
         the_pool = pool
         if the_pool is None:
-            the_pool = postgres_pool(settings, name="email-sender")
+            the_pool = postgres_pool(settings, role="email", name="email-sender")
             owned.callback(the_pool.close)
         the_consumer = consumer
         if the_consumer is None:
@@ -444,7 +511,7 @@ def replay_clients(
 
     with ExitStack() as owned:
         if pool is None:
-            pool = postgres_pool(settings, name="replay", min_size=1, max_size=2)
+            pool = postgres_pool(settings, role="replay", name="replay", min_size=1, max_size=2)
             owned.callback(pool.close)
         if redis_conn is None:
             redis_conn = redis_client(settings)

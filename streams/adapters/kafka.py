@@ -20,7 +20,7 @@ import struct
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, SupportsBytes
 
 from confluent_kafka import Consumer, KafkaException, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
@@ -273,7 +273,14 @@ def parse_group_metadata(raw: bytes, *, byteorder: str = sys.byteorder) -> Group
     return GroupMetadata(generation, group_id, member_id, instance or None)
 
 
-def group_metadata(consumer: Consumer) -> GroupMetadata:
+class HasGroupMetadata(Protocol):
+    """A consumer-group member (``confluent_kafka.Consumer``, or any
+    :class:`~streams.billing.ports.KafkaSource`)."""
+
+    def consumer_group_metadata(self) -> SupportsBytes: ...
+
+
+def group_metadata(consumer: HasGroupMetadata) -> GroupMetadata:
     """The consumer's current group metadata (generation, member id)."""
     cgmd = consumer.consumer_group_metadata()
     raw = bytes(cgmd)

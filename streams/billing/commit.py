@@ -35,32 +35,39 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-import psycopg
-from confluent_kafka import Consumer, KafkaException, TopicPartition
-from psycopg_pool import ConnectionPool
+from confluent_kafka import KafkaException, TopicPartition
 
 from streams.billing.fencing import Fence
 from streams.billing.metrics import OFFSET_COMMIT_FAILURES
+from streams.billing.ports import Connection, Database, KafkaSource
+from streams.billing.stores import POSTGRES, Stores
 
 log = logging.getLogger("streams.billing.commit")
 
 T = TypeVar("T")
+C = TypeVar("C", bound=Connection)
 
 __all__ = ["CommitPoint", "write_fenced"]
 
 
 def write_fenced(
-    pool: ConnectionPool[Any], fence: Fence, work: Callable[[psycopg.Connection[Any]], T]
+    pool: Database[C],
+    fence: Fence,
+    work: Callable[[C], T],
+    *,
+    stores: Stores[C] | None = None,
 ) -> T:
     """Step 1 for a fenced writer: run ``work(conn)`` in one transaction that starts
-    with ``fence``'s check, and commit it.
+    with ``fence``'s check (through ``stores``, default the PostgreSQL ones: see
+    :meth:`streams.billing.stores.Stores.check`), and commit it.
 
     Raises:
         Fenced / LeaseFenced: the fence moved on; nothing was written.
         psycopg.Error: the database failed; nothing was written.
     """
+    checker: Stores[Any] = POSTGRES if stores is None else stores
     with pool.connection() as conn, conn.transaction():
-        fence.check(conn)
+        checker.check(conn, fence)
         return work(conn)
 
 
@@ -77,7 +84,7 @@ class CommitPoint:
 
     def __init__(
         self,
-        consumer: Consumer,
+        consumer: KafkaSource,
         *,
         consequence: str = "after the database commit: records will be redelivered",
         counted: bool = True,

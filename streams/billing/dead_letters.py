@@ -48,10 +48,11 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, Message, Producer
+from confluent_kafka import KafkaError, KafkaException, Message
 
 from streams.adapters.kafka import Record
 from streams.billing.metrics import DEAD_LETTERED, DEAD_LETTERS_TRUNCATED
+from streams.billing.ports import KafkaSink
 from streams.domain.periods import PERIOD_PATTERN
 
 _PERIOD_RE = re.compile(PERIOD_PATTERN)
@@ -81,10 +82,12 @@ class _TooLarge(Exception):
 
 
 class DeadLetters:
-    """Publishes dead-letter records to one topic and waits for their delivery."""
+    """Publishes dead-letter records to one topic and waits for their delivery
+    (the :class:`~streams.billing.ports.DeadLetterSink` port, on a
+    :class:`~streams.billing.ports.KafkaSink`)."""
 
     def __init__(
-        self, producer: Producer, topic: str, group_id: str, timeout_s: float = 30.0
+        self, producer: KafkaSink, topic: str, group_id: str, timeout_s: float = 30.0
     ) -> None:
         self._producer = producer
         self.topic = topic

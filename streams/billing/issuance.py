@@ -16,7 +16,9 @@ this order:
    note (``ON CONFLICT DO NOTHING``; ``credit_notes.invoice_id`` is unique) and
    the credited revision ``issued`` → ``superseded``;
 4. a gapless ``INV-<period>`` number and ``INSERT … ON CONFLICT DO NOTHING`` of
-   the invoice and its lines (:func:`streams.billing.store.invoices.insert_invoice`);
+   the invoice and its lines (:func:`streams.billing.store.invoices.insert_invoice`):
+   usage lines in ``invoice_lines``, a rated invoice's charge lines in
+   ``invoice_charges`` and its rating summary in ``invoices.rating``;
 5. the outbox rows — ``credit_note.issued`` (with a correction), then
    ``invoice.issued`` — written **only when the invoice row was new**, with
    deterministic ids (``deterministic_id("outbox", <type>, <document id>)``) so
@@ -42,15 +44,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
-import psycopg
-from psycopg_pool import ConnectionPool
-
-from streams.billing import store
 from streams.billing.fencing import Fence, FencingToken
+from streams.billing.ports import Connection, Database
 from streams.billing.rows import CreditNoteDraft, InvoiceDraft
+from streams.billing.store.invoices import credit_note_number, invoice_number
+from streams.billing.stores import POSTGRES, Stores
 from streams.domain.events import CreditNoteIssued, InvoiceIssued, deterministic_id
+
+C = TypeVar("C", bound=Connection)
 
 __all__ = [
     "Issued",
@@ -104,7 +107,7 @@ class _Conflict(Exception):
 
 
 def issue(
-    pool: ConnectionPool[Any],
+    pool: Database[C],
     fence: Fence,
     draft: InvoiceDraft,
     *,
@@ -112,14 +115,16 @@ def issue(
     source: str,
     lease_fencing_token: int | None,
     credit: CreditNoteDraft | None = None,
-    before: Callable[[psycopg.Connection[Any]], None] | None = None,
-    after: Callable[[psycopg.Connection[Any], Issued], None] | None = None,
+    before: Callable[[C], None] | None = None,
+    after: Callable[[C, Issued], None] | None = None,
     issued_at: datetime | None = None,
+    stores: Stores[C] | None = None,
 ) -> Issued | NotIssued:
     """Write ``draft`` (and ``credit``) in one fenced transaction (module docstring).
 
     Args:
-        pool: PostgreSQL pool (``autocommit=False`` connections).
+        pool: PostgreSQL pool (``autocommit=False`` connections), or another
+            :class:`~streams.billing.ports.Database` with its ``stores``.
         fence: checked first; a :class:`~streams.billing.fencing.FencingToken` is also
             recorded on the invoice (``fence_group`` / ``fence_generation`` / ``fence_member``).
         draft: the revision, computed and taxed outside any transaction.
@@ -129,11 +134,14 @@ def issue(
         credit: the credit note of the revision ``draft`` supersedes (a correction).
         before / after: the caller's checks and extra rows, in the same transaction.
         issued_at: the issue time (default: now, UTC).
+        stores: the store implementations (default: the PostgreSQL ones,
+            :data:`streams.billing.stores.POSTGRES`).
 
     Returns:
         :class:`Issued`, or :class:`NotIssued` when someone else wrote first.
     """
     issued_at = issued_at or datetime.now(UTC)
+    db: Stores[Any] = POSTGRES if stores is None else stores
     period = draft.billing_period
     partition_fence = (
         (fence.group_id, fence.generation, fence.member_id)
@@ -142,24 +150,22 @@ def issue(
     )
     try:
         with pool.connection() as conn, conn.transaction():
-            fence.check(conn)
+            db.check(conn, fence)
             if before is not None:
                 before(conn)
             credit_number: str | None = None
             if credit is not None:
-                credit_number = store.invoices.credit_note_number(
-                    period, store.invoices.next_number(conn, f"CN-{period}")
+                credit_number = credit_note_number(
+                    period, db.invoices.next_number(conn, f"CN-{period}")
                 )
-                if not store.invoices.insert_credit_note(
+                if not db.invoices.insert_credit_note(
                     conn, credit, number=credit_number, issued_at=issued_at
                 ):
                     raise _Conflict("the issued revision was credited meanwhile")
-                if not store.invoices.supersede(conn, credit.invoice_id):
+                if not db.invoices.supersede(conn, credit.invoice_id):
                     raise _Conflict("the issued revision was superseded meanwhile")
-            number = store.invoices.invoice_number(
-                period, store.invoices.next_number(conn, f"INV-{period}")
-            )
-            if not store.invoices.insert_invoice(
+            number = invoice_number(period, db.invoices.next_number(conn, f"INV-{period}"))
+            if not db.invoices.insert_invoice(
                 conn,
                 draft,
                 number=number,
@@ -170,7 +176,7 @@ def issue(
                 raise _Conflict(f"revision {draft.revision} was written meanwhile")
             customer_id = draft.customer.customer_id
             if credit is not None and credit_number is not None:
-                store.invoices.insert_outbox(
+                db.invoices.insert_outbox(
                     conn,
                     event_id=outbox_event_id(CreditNoteIssued.event_type, credit.credit_note_id),
                     topic=invoices_topic,
@@ -180,7 +186,7 @@ def issue(
                     time=issued_at,
                     document_id=credit.credit_note_id,
                 )
-            store.invoices.insert_outbox(
+            db.invoices.insert_outbox(
                 conn,
                 event_id=outbox_event_id(InvoiceIssued.event_type, draft.invoice_id),
                 topic=invoices_topic,
@@ -205,7 +211,8 @@ def issue(
 
 
 def invoice_issued(draft: InvoiceDraft, number: str, issued_at: datetime) -> InvoiceIssued:
-    """The ``invoice.issued`` event of a draft (DESIGN §2 "Topics")."""
+    """The ``invoice.issued`` event of a draft (DESIGN §2 "Topics"); a rated invoice's
+    event also carries its charge lines and rating summary (absent otherwise)."""
     totals = draft.totals
     return InvoiceIssued(
         invoice_id=draft.invoice_id,
@@ -225,6 +232,8 @@ def invoice_issued(draft: InvoiceDraft, number: str, issued_at: datetime) -> Inv
         issued_at=issued_at,
         supersedes_invoice_id=draft.supersedes_invoice_id,
         source=totals.source,
+        charges=totals.charges if totals.rating is not None else None,
+        rating=totals.rating,
     )
 
 

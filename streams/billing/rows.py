@@ -20,8 +20,16 @@ from datetime import datetime
 from decimal import Decimal
 from typing import TypedDict
 
-from streams.domain.events import UsageRecorded, datetime_json
+from streams.domain.events import (
+    EventData,
+    SubscriptionEnded,
+    SubscriptionEvent,
+    UsageMetered,
+    UsageRecorded,
+    datetime_json,
+)
 from streams.domain.invoice import InvoiceTotals, TaxedLine, UsageLine
+from streams.domain.periods import BillingPeriod
 
 __all__ = [
     "PAYLOAD_HASH_KEYS",
@@ -35,9 +43,12 @@ __all__ = [
     "IssuedInvoice",
     "LateUsage",
     "LockedInvoice",
+    "MeteredRecord",
+    "RecordConflict",
     "SourceCoordinates",
     "StoredInvoice",
     "StoredInvoiceLine",
+    "SubscriptionRecord",
     "UsageConflict",
     "UsageRecord",
     "canonical_json",
@@ -55,10 +66,14 @@ class SourceCoordinates:
     offset: int
 
 
-def payload_hash(data: UsageRecorded) -> str:
-    """SHA-256 of the event data's canonical JSON (:func:`canonical_json`): equal facts,
-    equal hash."""
-    return hashlib.sha256(canonical_json(data).encode()).hexdigest()
+def payload_hash(data: EventData) -> str:
+    """SHA-256 of the event data's canonical JSON: equal facts, equal hash (decimals of
+    ``usage.metered`` are canonical, so ``"10"`` and ``"10.0"`` hash alike). The text is
+    :func:`payload_hash_reference`'s; for ``usage.recorded`` (the hot path) it is
+    written by :func:`canonical_json`, the same text, faster."""
+    if type(data) is UsageRecorded:
+        return hashlib.sha256(canonical_json(data).encode()).hexdigest()
+    return payload_hash_reference(data)
 
 
 def canonical_json(data: UsageRecorded) -> str:
@@ -113,7 +128,7 @@ PAYLOAD_HASH_KEYS: tuple[str, ...] = (
 )
 
 
-def payload_hash_reference(data: UsageRecorded) -> str:
+def payload_hash_reference(data: EventData) -> str:
     """The definition :func:`payload_hash` implements (slow: a model dump per call)."""
     canonical = json.dumps(data.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
@@ -160,6 +175,60 @@ class UsageRecord:
     def payload_sha256(self) -> str:
         """:func:`payload_hash` of :attr:`data` (computed once)."""
         return hashlib.sha256(self.payload_json.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class MeteredRecord:
+    """A ``usage.metered`` event and where it was read, ready to be stored
+    (``metered_usage``; its period is the UTC month of ``event_time``)."""
+
+    event_id: str
+    data: UsageMetered
+    source: SourceCoordinates
+
+    @property
+    def payload_sha256(self) -> str:
+        return payload_hash(self.data)
+
+    @property
+    def billing_period(self) -> str:
+        return str(BillingPeriod.of(self.data.event_time))
+
+
+@dataclass(frozen=True)
+class SubscriptionRecord:
+    """A ``subscription.*`` event and where it was read (``subscription_events``)."""
+
+    event_id: str
+    data: SubscriptionEvent
+    source: SourceCoordinates
+
+    @property
+    def payload_sha256(self) -> str:
+        return payload_hash(self.data)
+
+    @property
+    def plan(self) -> tuple[str | None, int | None]:
+        """``(plan code, version)``; ``(None, None)`` for ``subscription.ended``."""
+        if isinstance(self.data, SubscriptionEnded):
+            return None, None
+        return self.data.plan_code, self.data.plan_version
+
+
+@dataclass(frozen=True)
+class RecordConflict:
+    """A metered or subscription event id already stored with a different payload
+    (never overwritten): the record refused, the stored payload's hash and where the
+    stored one was read. ``billing_period`` is what the hold names (None: every
+    period, for a subscription event)."""
+
+    record: MeteredRecord | SubscriptionRecord
+    stored_sha256: str
+    stored_source: SourceCoordinates
+
+    @property
+    def billing_period(self) -> str | None:
+        return self.record.billing_period if isinstance(self.record, MeteredRecord) else None
 
 
 @dataclass(frozen=True)

@@ -308,14 +308,16 @@ def _record_job(
 
 @contextlib.contextmanager
 def _database(settings: Settings, name: str) -> Iterator[str]:
-    """Create the run's own database (dropped afterwards); yields its DSN."""
-    admin_dsn = settings.postgres.dsn()
+    """Create the run's own database (dropped afterwards); yields its DSN. A throwaway of
+    the design that failed, which had no roles: the provisioner login creates it, owns
+    it and is what the naive workers connect as."""
+    admin_dsn = settings.postgres.dsn("provisioner")
     with psycopg.connect(admin_dsn, autocommit=True) as conn:
         conn.execute(
             sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
         )
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    dsn = settings.postgres.dsn(database=name)
+    dsn = settings.postgres.dsn("provisioner", database=name)
     try:
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(SCHEMA)

@@ -65,7 +65,7 @@ from email.message import EmailMessage
 from enum import StrEnum
 from typing import Literal
 
-from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
+from confluent_kafka import KafkaException, Message, TopicPartition
 from prometheus_client import Counter, start_http_server
 from psycopg_pool import ConnectionPool
 from tenacity import (
@@ -78,8 +78,8 @@ from tenacity import (
 )
 
 from streams.billing.commit import CommitPoint
-from streams.billing.dead_letters import DeadLetterError, DeadLetters
-from streams.billing.ports import MailTransport
+from streams.billing.dead_letters import DeadLetterError
+from streams.billing.ports import DeadLetterSink, KafkaSource, MailTransport
 from streams.domain.codec import decode
 from streams.domain.errors import InvalidEvent
 from streams.domain.events import CreditNoteIssued, InvoiceIssued, InvoiceVoided
@@ -97,6 +97,7 @@ from streams.email.render import (
 from streams.email.store import (
     Claim,
     ClaimKind,
+    Deliveries,
     DeliverOutcome,
     DeliveryStore,
     NewDelivery,
@@ -207,7 +208,8 @@ class EmailSender:
     Args:
         settings: ``smtp`` (relay, from address, timeout), ``kafka``
             (``max_poll_interval_ms`` bounds the retry budget), ``worker``.
-        pool: psycopg pool (``autocommit=False`` connections) for ``email_deliveries``.
+        pool: psycopg pool (``autocommit=False`` connections) for ``email_deliveries``;
+            not needed when ``deliveries`` is given.
         consumer: the group member whose offsets :meth:`handle` commits; not needed
             by :meth:`process`.
         transport: defaults to :class:`SmtpTransport` on ``settings.smtp``.
@@ -215,21 +217,25 @@ class EmailSender:
         dead_letters: where undecodable records go (:func:`invoices_dlq_topic`);
             :func:`streams.bootstrap.email_sender` always gives one. None (unit tests of
             :meth:`process` only): such records are logged and counted only.
+        deliveries: the ``email_deliveries`` store (default: :class:`DeliveryStore` on
+            ``pool``, lock timeout ``settings.smtp.timeout_s``).
 
     Raises:
         EmailConfigurationError: ``settings.smtp.from_address`` is not an address.
+        TypeError: neither ``pool`` nor ``deliveries`` was given.
     """
 
     def __init__(
         self,
         settings: Settings,
-        pool: ConnectionPool,
+        pool: ConnectionPool | None = None,
         *,
-        consumer: Consumer | None = None,
+        consumer: KafkaSource | None = None,
         transport: MailTransport | None = None,
         stop: threading.Event | None = None,
         domain: str = MESSAGE_ID_DOMAIN,
-        dead_letters: DeadLetters | None = None,
+        dead_letters: DeadLetterSink | None = None,
+        deliveries: Deliveries | None = None,
     ) -> None:
         try:
             Address(addr_spec=settings.smtp.from_address)
@@ -238,7 +244,11 @@ class EmailSender:
                 f"settings.smtp.from_address {settings.smtp.from_address!r} is not an address"
             ) from exc
         self._settings = settings
-        self._store = DeliveryStore(pool, lock_timeout_s=settings.smtp.timeout_s)
+        if deliveries is None:
+            if pool is None:
+                raise TypeError("EmailSender needs a pool or a deliveries store")
+            deliveries = DeliveryStore(pool, lock_timeout_s=settings.smtp.timeout_s)
+        self._store: Deliveries = deliveries
         self._consumer = consumer
         self._commit_point = (
             CommitPoint(
@@ -256,7 +266,7 @@ class EmailSender:
         self.retry_budget_s = max(1.0, settings.kafka.max_poll_interval_ms / 1000 / 4)
 
     @property
-    def store(self) -> DeliveryStore:
+    def store(self) -> Deliveries:
         return self._store
 
     # ------------------------------------------------------------------ one record
@@ -537,7 +547,7 @@ class EmailSender:
                 self._stop.wait(pause_s)
 
     @staticmethod
-    def _seek_back(consumer: Consumer, msg: Message) -> None:
+    def _seek_back(consumer: KafkaSource, msg: Message) -> None:
         try:
             consumer.seek(TopicPartition(*_coords(msg)))
         except KafkaException as exc:  # the partition was revoked meanwhile
@@ -546,14 +556,14 @@ class EmailSender:
             )
 
 
-def _log_partitions(what: str) -> Callable[[Consumer, list[TopicPartition]], None]:
-    def callback(consumer: Consumer, partitions: list[TopicPartition]) -> None:
+def _log_partitions(what: str) -> Callable[[KafkaSource, list[TopicPartition]], None]:
+    def callback(consumer: KafkaSource, partitions: list[TopicPartition]) -> None:
         logger.info("%s: %s", what, ", ".join(f"{p.topic}[{p.partition}]" for p in partitions))
 
     return callback
 
 
-def serve(sender: EmailSender, consumer: Consumer, settings: Settings) -> None:
+def serve(sender: EmailSender, consumer: KafkaSource, settings: Settings) -> None:
     """Subscribe ``consumer`` to :func:`invoices_topic` and run ``sender`` until its
     ``stop`` is set. Serves Prometheus metrics on ``127.0.0.1:settings.worker.metrics_port``
     when that is not 0 (stopped on return). The caller built ``sender`` with

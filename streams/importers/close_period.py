@@ -19,8 +19,10 @@ Steps, in this order:
    :class:`~streams.adapters.lease.LeaseBusy` naming that holder (exit 4). The
    lease is taken *before* the scan so that two runs never both scan, and so
    that a refused run costs nothing.
-2. **Which customers** ("customers with usage in the period"). Decision: the
-   union of two sources, because neither is complete alone.
+2. **Which customers** ("customers with usage in the period", and since rating
+   also customers with metered usage of the period or a subscription in effect
+   for a day of it: a subscriber owes its fixed fee without any usage).
+   Decision: the union of two sources, because neither is complete alone.
 
    * *The topic.* The import's usage lives on Kafka and may not have reached
      the database yet. The run scans the account-events topic from
@@ -28,15 +30,19 @@ Steps, in this order:
      to the end offsets read when the scan starts, with a consumer that joins
      no group and commits nothing (assign + seek; ``enable.auto.commit=false``;
      a unique group id), and keeps the customers of every valid
-     ``usage.recorded`` whose ``billing_period`` is the period. Record
+     ``usage.recorded`` whose ``billing_period`` is the period and every
+     ``usage.metered`` whose event time is in it, and the subscription events
+     it reads. Record
      timestamps are produce times (the importers keep the client default), and
      usage is produced no earlier than it happens, so usage of the period is
      not before ``period start - margin`` in the log unless it was produced
      ahead of time.
-   * *The database.* ``usage_lines`` rows of the period that the workers
-     ingested **from the same topic** (``source_topic``): this covers usage
-     produced before the scan window, and keeps a test's topic from picking up
-     another environment's customers.
+   * *The database.* ``usage_lines`` and ``metered_usage`` rows of the period
+     that the workers ingested **from the same topic** (``source_topic``), and
+     the customers whose subscription history (``subscription_events`` with the
+     scanned subscription events) puts a plan version on a day of the period:
+     this covers usage and subscriptions produced before the scan window, and
+     keeps a test's topic from picking up another environment's customers.
 
    Records that do not decode are counted (the workers dead-letter them) and do
    not close anyone's period.
@@ -92,8 +98,19 @@ from streams.adapters.progress import progress_bar
 from streams.billing import fencing, store
 from streams.domain.codec import decode, encode, headers_dict
 from streams.domain.errors import InvalidEvent
-from streams.domain.events import BillingPeriodClosed, Envelope, UsageRecorded, close_marker_id
+from streams.domain.events import (
+    BillingPeriodClosed,
+    Envelope,
+    SubscriptionChanged,
+    SubscriptionEnded,
+    SubscriptionEvent,
+    SubscriptionStarted,
+    UsageMetered,
+    UsageRecorded,
+    close_marker_id,
+)
 from streams.domain.periods import BillingPeriod
+from streams.domain.rating import segments_for
 from streams.importers import ImporterError, KafkaUnavailable
 from streams.importers.focus_import import (
     FLUSH_TIMEOUT_S,
@@ -216,6 +233,10 @@ def _default_holder() -> str:
 @dataclass
 class _Scan:
     customers: set[str] = field(default_factory=set)
+    #: customer → (partition, offset, event id, event) of the subscription events scanned
+    subscriptions: dict[str, list[tuple[int, int, str, SubscriptionEvent]]] = field(
+        default_factory=dict
+    )
     records: int = 0
     undecodable: int = 0
 
@@ -291,7 +312,7 @@ def _scan_topic(
                 if offset >= end - 1:
                     ends.pop(partition)
                 try:
-                    customer = _usage_customer(msg, wanted)
+                    customer = _billable_customer(msg, wanted, scan)
                 except InvalidEvent:
                     scan.undecodable += 1
                     continue
@@ -342,24 +363,62 @@ def _offsets_for_times(consumer: Consumer, wanted: list[TopicPartition]) -> list
             time.sleep(0.2)
 
 
-def _usage_customer(msg: Any, period: str) -> str | None:
-    """The customer of a ``usage.recorded`` of ``period``; None for any other event.
+_SCANNED = (
+    UsageRecorded,
+    UsageMetered,
+    SubscriptionStarted,
+    SubscriptionChanged,
+    SubscriptionEnded,
+)
+_SCANNED_TYPES = frozenset(model.event_type for model in _SCANNED)
+
+
+def _billable_customer(msg: Any, period: str, scan: _Scan) -> str | None:
+    """The customer of a ``usage.recorded`` of ``period`` or a ``usage.metered`` whose
+    event time is in it; None for any other event. A subscription event is kept in
+    ``scan.subscriptions`` (whether it covers the period is decided with the stored
+    history, :func:`_customers_in_db`).
 
     Raises:
         InvalidEvent: the record does not decode.
     """
     headers = msg.headers() or []
-    if headers_dict(headers).get("ce_type") != UsageRecorded.event_type:
+    if headers_dict(headers).get("ce_type") not in _SCANNED_TYPES:
         return None
-    envelope = decode(msg.key(), msg.value(), headers, allowed=(UsageRecorded,))
+    envelope = decode(msg.key(), msg.value(), headers, allowed=_SCANNED)
     data = envelope.data
-    assert isinstance(data, UsageRecorded)
-    return data.customer_id if data.billing_period == period else None
+    if isinstance(data, UsageRecorded):
+        return data.customer_id if data.billing_period == period else None
+    if isinstance(data, UsageMetered):
+        return data.customer_id if str(BillingPeriod.of(data.event_time)) == period else None
+    if isinstance(data, SubscriptionStarted | SubscriptionChanged | SubscriptionEnded):
+        scan.subscriptions.setdefault(data.customer_id, []).append(
+            (int(msg.partition()), int(msg.offset()), envelope.id, data)
+        )
+    return None
 
 
-def _customers_in_db(pool: ConnectionPool, period: str, topic: str) -> set[str]:
+def _customers_in_db(pool: ConnectionPool, period: str, topic: str, scan: _Scan) -> set[str]:
+    """Customers of the period the database knows: usage lines, metered events, and a
+    subscription in effect for a day of the period (the stored history and the
+    scanned events together, deduplicated by event id, in partition order: a
+    subscriber owes its fixed fee without any usage)."""
     with pool.connection() as conn:
-        return store.usage.customers_with_usage(conn, period, topic)
+        found = store.usage.customers_with_usage(conn, period, topic)
+        found |= store.metering.customers_with_metered(conn, period, topic)
+        history = store.metering.subscription_history(conn, topic)
+    billing_period = BillingPeriod.parse(period)
+    for customer in set(history) | set(scan.subscriptions):
+        events: dict[str, tuple[int, int, SubscriptionEvent]] = {
+            stored.event_id: (stored.source.partition, stored.source.offset, stored.data)
+            for stored in history.get(customer, [])
+        }
+        for partition, offset, event_id, data in scan.subscriptions.get(customer, []):
+            events.setdefault(event_id, (partition, offset, data))
+        ordered = [data for _, _, data in sorted(events.values(), key=lambda e: (e[0], e[1]))]
+        if segments_for(billing_period, ordered):
+            found.add(customer)
+    return found
 
 
 def _request_close(
@@ -499,7 +558,7 @@ def _run(
 
     try:
         scan = _scan_topic(scan_consumer(), topic, period, scan_margin, lease, bar)
-        from_db = _customers_in_db(pool, text, topic)
+        from_db = _customers_in_db(pool, text, topic, scan)
         customers = sorted(scan.customers | from_db)
         logger.info(
             "close-period %s: %d customers (%d from the topic, %d from usage_lines), lease %s "

@@ -6,9 +6,20 @@ Four phases, and no database transaction stays open across the tax call
 (DESIGN "Ownership and fencing"):
 
 1. **read** (short read-only transaction): is there already a current invoice
-   for (customer, period)? is the customer held? the customer and the usage
-   lines that precede the marker on its partition;
-2. **price** (pure, :func:`~streams.domain.invoice.price_invoice`): every rule
+   for (customer, period)? is the customer held? the customer, the published
+   price book and what precedes the marker on its partition: the period's usage
+   lines and metered events, and the customer's subscription events
+   (:func:`streams.billing.rating.gather`);
+2. **rate and price** (pure: :func:`streams.billing.rating.rate_period`, the one
+   rating function :func:`~streams.domain.rating.rate` then
+   :func:`~streams.domain.rating.priced_invoice`). A gap in the book or the
+   data (usage of a metric the plan does not price, metered usage without a
+   subscription, an unknown plan or version, …) **holds** the invoice: an
+   ``invoice_holds`` row with the rating's reasons and the close recorded
+   ``held``, in one fenced transaction — never billed as zero in silence
+   (``invoicing holds release`` re-closes it after the fix). A customer without
+   a subscription and without metered usage is priced exactly as before rating
+   (its pre-priced lines at cost). Every rule
    that can refuse the data (a line in another currency than the customer's,
    duplicates, the subtotal) runs *before* the tax call. The tax service commits
    the document under its idempotency key, and the key is the same for every
@@ -35,21 +46,28 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
 import psycopg
-from psycopg_pool import ConnectionPool
 
-from streams.billing import fencing, rows, store
+from streams.billing import fencing, rows
 from streams.billing.commit import write_fenced
 from streams.billing.issuance import NotIssued, issue, tax_idempotency_key
-from streams.billing.ports import TaxRejected, TaxService, TaxUnavailable
+from streams.billing.ports import Database, TaxRejected, TaxService, TaxUnavailable
+from streams.billing.rating import PriceBooks, Rated, gather, hold_codes, hold_reason, rate_period
+from streams.billing.stores import POSTGRES, Stores
 from streams.domain.errors import DomainError, InvoiceRuleViolation
 from streams.domain.events import invoice_id_for
-from streams.domain.invoice import apply_tax, price_invoice
-from streams.invoicing.metrics import HOLDS, JOB_SECONDS
+from streams.domain.invoice import apply_tax
+from streams.invoicing.metrics import (
+    HOLDS,
+    JOB_SECONDS,
+    RATED_EVENTS,
+    RATING_HOLDS,
+    RATING_SECONDS,
+)
 
 log = logging.getLogger("streams.invoicing.jobs")
 
@@ -83,11 +101,15 @@ class JobResult:
 
 @dataclass(frozen=True)
 class JobContext:
-    """What a job needs: the pool, the tax service, the invoice topic name."""
+    """What a job needs: the pool, the tax service, the invoice topic name, and the
+    store implementations the pool's connections take (default: PostgreSQL), and the
+    published price book's cache (shared by the worker's jobs)."""
 
-    pool: ConnectionPool[Any]
+    pool: Database[Any]
     tax: TaxService
     invoices_topic: str
+    stores: Stores[Any] = POSTGRES
+    price_books: PriceBooks = field(default_factory=PriceBooks)
 
 
 def run_invoice_job(
@@ -135,8 +157,40 @@ def _record_close(
     invoice_id: str | None,
 ) -> None:
     write_fenced(
-        ctx.pool, token, lambda conn: store.closes.record_close(conn, marker, outcome, invoice_id)
+        ctx.pool,
+        token,
+        lambda conn: ctx.stores.closes.record_close(conn, marker, outcome, invoice_id),
+        stores=ctx.stores,
     )
+
+
+def _hold(
+    ctx: JobContext, marker: rows.CloseMarker, token: fencing.FencingToken, rating: Rated
+) -> JobResult:
+    """A gap in the book or the data: hold the invoice with the rating's reasons and
+    record the close ``held``, in one fenced transaction (idempotent per marker:
+    ``invoice_holds`` is unique per source record and customer)."""
+    reason = hold_reason(rating.rated)
+
+    def work(conn: psycopg.Connection[Any]) -> None:
+        ctx.stores.holds.record_hold(
+            conn,
+            customer_id=marker.customer_id,
+            billing_period=marker.billing_period,
+            reason=reason,
+            event_id=marker.event_id,
+            source=marker.source,
+        )
+        ctx.stores.closes.record_close(conn, marker, "held", None)
+
+    write_fenced(ctx.pool, token, work, stores=ctx.stores)
+    HOLDS.inc()
+    for code in hold_codes(rating.rated):
+        RATING_HOLDS.labels(code).inc()
+    log.warning(
+        "invoice of %s for %s held by rating: %s", marker.customer_id, marker.billing_period, reason
+    )
+    return JobResult(marker, token, Outcome.HELD, reason)
 
 
 def _run(
@@ -144,18 +198,28 @@ def _run(
 ) -> JobResult:
     customer_id, period = marker.customer_id, marker.billing_period
     # 1. read
+    inputs = None
     with ctx.pool.connection() as conn, conn.transaction():
-        existing = store.invoices.current_invoice(conn, customer_id, period)
-        holds = [] if existing else store.holds.open_holds(conn, customer_id, period)
-        customer = store.usage.get_customer(conn, customer_id)
-        lines = store.usage.usage_before(
-            conn,
-            customer_id,
-            period,
-            marker.source.topic,
-            marker.source.partition,
-            marker.source.offset,
-        )
+        existing = ctx.stores.invoices.current_invoice(conn, customer_id, period)
+        holds = [] if existing else ctx.stores.holds.open_holds(conn, customer_id, period)
+        customer = ctx.stores.usage.get_customer(conn, customer_id)
+        if existing is None and not holds and customer is not None:
+            lines = ctx.stores.usage.usage_before(
+                conn,
+                customer_id,
+                period,
+                marker.source.topic,
+                marker.source.partition,
+                marker.source.offset,
+            )
+            inputs = gather(
+                conn,
+                marker,
+                currency=customer.currency,
+                book=ctx.price_books.current(conn, ctx.stores.pricing),
+                pass_through=lines,
+                metering=ctx.stores.metering,
+            )
     if existing is not None:
         _record_close(ctx, marker, token, "already_invoiced", existing.invoice_id)
         return JobResult(
@@ -175,13 +239,18 @@ def _run(
         )
         log.warning("invoice of %s for %s held: %s", customer_id, period, reasons)
         return JobResult(marker, token, Outcome.HELD, reasons)
-    if customer is None:
+    if customer is None or inputs is None:
         raise InvoiceRuleViolation(
             f"customer {customer_id!r} has no customer.upserted before its close marker"
         )
 
-    # 2. price: refuse bad data now, while no tax document is committed for this key
-    priced = price_invoice(lines, currency=customer.currency)
+    # 2. rate and price: refuse bad data now, while no tax document is committed for this key
+    rating = rate_period(inputs)
+    RATING_SECONDS.observe(rating.seconds)
+    RATED_EVENTS.inc(rating.metered_events)
+    if rating.priced is None:
+        return _hold(ctx, marker, token, rating)
+    priced = rating.priced
     revision = 1
     invoice_id = invoice_id_for(customer_id, period, revision)
     if cancel.is_set():
@@ -191,7 +260,7 @@ def _run(
         idempotency_key=tax_idempotency_key(invoice_id, revision),
         customer_id=customer_id,
         currency=customer.currency,
-        lines=[line.tax_line() for line in priced.lines],
+        lines=priced.tax_lines(),
     )
     totals = apply_tax(priced, taxed)
     if cancel.is_set():
@@ -202,7 +271,7 @@ def _run(
         customer=customer,
         billing_period=period,
         totals=totals,
-        lines=tuple(lines),
+        lines=priced.lines,
         taxed=tuple(taxed),
         marker=marker,
     )
@@ -214,14 +283,15 @@ def _run(
         invoices_topic=ctx.invoices_topic,
         source=EVENT_SOURCE,
         lease_fencing_token=marker.lease_fencing_token,
-        after=lambda conn, issued: store.closes.record_close(
+        after=lambda conn, issued: ctx.stores.closes.record_close(
             conn, marker, "invoiced", issued.invoice_id
         ),
+        stores=ctx.stores,
     )
     if isinstance(result, NotIssued):
         # Someone (a previous owner, a redelivery) wrote it; the number was given back.
         with ctx.pool.connection() as conn:
-            existing = store.invoices.current_invoice(conn, customer_id, period)
+            existing = ctx.stores.invoices.current_invoice(conn, customer_id, period)
         _record_close(
             ctx, marker, token, "already_invoiced", existing.invoice_id if existing else None
         )

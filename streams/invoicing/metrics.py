@@ -36,3 +36,16 @@ JOBS_IN_FLIGHT = Gauge("invoicing_invoice_jobs_in_flight", "Invoice jobs running
 OWNED_PARTITIONS = Gauge(
     "invoicing_owned_partitions", "Partitions this worker holds a fence claim for"
 )
+RATING_SECONDS = Histogram(
+    "invoicing_rating_seconds",
+    "Wall time of the rating step of one invoice job (aggregation, segments, rate(), pricing)",
+    buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+)
+RATED_EVENTS = Counter(
+    "invoicing_rated_metered_events_total", "Distinct usage.metered events rated by invoice jobs"
+)
+RATING_HOLDS = Counter(
+    "invoicing_rating_holds_total",
+    "Invoices held because rating found a gap (hold code: no_subscription, unknown_plan, …)",
+    ["code"],
+)

@@ -2,11 +2,13 @@
 
 Per partition, records are handled in offset order:
 
-- ``customer.upserted`` and ``usage.recorded`` are stored in batches (one fenced
-  transaction per partition per poll, then the offset commit — the commit point
-  of :mod:`streams.billing.commit`); usage is deduplicated by event id, and
-  the same id with a different payload is dead-lettered as a conflict, never
-  overwritten;
+- ``customer.upserted``, ``usage.recorded``, ``usage.metered`` and
+  ``subscription.*`` are stored in batches (one fenced transaction per partition
+  per poll, then the offset commit — the commit point of
+  :mod:`streams.billing.commit`); usage, metered usage and subscription events
+  are deduplicated by event id, and the same id with a different payload is
+  dead-lettered as a conflict, never overwritten (its customer held: the period
+  of a metered event, every period for a subscription event);
 - a ``billing_period.closed`` marker first flushes what precedes it, then
   **pauses** the partition and hands an invoice job to a thread pool
   (:mod:`streams.invoicing.jobs`). The poll loop keeps polling — which keeps the
@@ -45,12 +47,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-from psycopg_pool import ConnectionPool
+from confluent_kafka import KafkaException, TopicPartition
 
 from streams import topics
 from streams.adapters.kafka import Record, group_metadata, record_of
-from streams.billing import fencing, rows, store
+from streams.billing import fencing, rows
 from streams.billing.commit import CommitPoint, write_fenced
 from streams.billing.dead_letters import (
     DeadLetterError,
@@ -60,10 +61,19 @@ from streams.billing.dead_letters import (
     period_of,
 )
 from streams.billing.metrics import CLAIMS_REFUSED, FENCING_REFUSALS
-from streams.billing.ports import TaxService
+from streams.billing.ports import Database, KafkaSink, KafkaSource, TaxService
+from streams.billing.stores import POSTGRES, Stores
 from streams.domain.codec import decode
 from streams.domain.errors import InvalidEvent
-from streams.domain.events import BillingPeriodClosed, CustomerUpserted, UsageRecorded
+from streams.domain.events import (
+    BillingPeriodClosed,
+    CustomerUpserted,
+    SubscriptionChanged,
+    SubscriptionEnded,
+    SubscriptionStarted,
+    UsageMetered,
+    UsageRecorded,
+)
 from streams.invoicing.jobs import JobContext, JobResult, Outcome, run_invoice_job
 from streams.invoicing.metrics import (
     HOLDS,
@@ -78,7 +88,15 @@ from streams.settings import Settings
 
 log = logging.getLogger("streams.invoicing.worker")
 
-ACCOUNT_EVENT_TYPES = (CustomerUpserted, UsageRecorded, BillingPeriodClosed)
+ACCOUNT_EVENT_TYPES = (
+    CustomerUpserted,
+    UsageRecorded,
+    BillingPeriodClosed,
+    UsageMetered,
+    SubscriptionStarted,
+    SubscriptionChanged,
+    SubscriptionEnded,
+)
 
 
 @dataclass
@@ -89,6 +107,8 @@ class _Batch:
         default_factory=list
     )
     usage: list[rows.UsageRecord] = field(default_factory=list)
+    metered: list[rows.MeteredRecord] = field(default_factory=list)
+    subscriptions: list[rows.SubscriptionRecord] = field(default_factory=list)
     holds: list[rows.HoldRequest] = field(default_factory=list)
     messages: list[Record] = field(default_factory=list)
 
@@ -102,11 +122,14 @@ class InvoicingWorker:
     Args:
         settings: the settings (topics from ``kafka.topic_prefix``; group from
             ``worker.invoicing_group``; ``worker.batch_size``, ``worker.max_jobs``).
-        pool: PostgreSQL pool of the application role (``max_jobs + 2`` connections).
+        pool: PostgreSQL pool of the application role (``max_jobs + 2`` connections),
+            or another :class:`~streams.billing.ports.Database` with its ``stores``.
         tax: the tax service.
         consumer: a consumer of group ``worker.invoicing_group`` (manual commits,
             cooperative-sticky); this worker subscribes and closes it.
         producer: for the dead-letter topic; this worker flushes it on shutdown.
+        stores: the store implementations ``pool``'s connections take (default: the
+            PostgreSQL ones, :data:`streams.billing.stores.POSTGRES`).
         stop: when set, :meth:`run` finishes and returns.
         retry_backoff_s: pause of a partition after a transient failure (seconds).
     """
@@ -115,10 +138,11 @@ class InvoicingWorker:
         self,
         settings: Settings,
         *,
-        pool: ConnectionPool[Any],
+        pool: Database[Any],
         tax: TaxService,
-        consumer: Consumer,
-        producer: Producer,
+        consumer: KafkaSource,
+        producer: KafkaSink,
+        stores: Stores[Any] = POSTGRES,
         stop: threading.Event | None = None,
         retry_backoff_s: float = 2.0,
     ) -> None:
@@ -128,13 +152,16 @@ class InvoicingWorker:
         self.topic = topics.ACCOUNT_EVENTS.with_prefix(prefix).name
         self.invoices_topic = topics.INVOICES.with_prefix(prefix).name
         self.pool = pool
+        self.stores = stores
         self.consumer = consumer
         self.producer = producer
         self.commit_point = CommitPoint(self.consumer)
         self.dead_letters = DeadLetters(
             self.producer, topics.ACCOUNT_EVENTS_DLQ.with_prefix(prefix).name, self.group_id
         )
-        self.jobs_ctx = JobContext(pool=pool, tax=tax, invoices_topic=self.invoices_topic)
+        self.jobs_ctx = JobContext(
+            pool=pool, tax=tax, invoices_topic=self.invoices_topic, stores=stores
+        )
         self.executor = ThreadPoolExecutor(
             max_workers=settings.worker.max_jobs, thread_name_prefix="invoice-job"
         )
@@ -161,7 +188,7 @@ class InvoicingWorker:
 
     # ------------------------------------------------------------------ rebalance callbacks
 
-    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    def _on_assign(self, consumer: KafkaSource, partitions: list[TopicPartition]) -> None:
         if not partitions:
             return
         # librdkafka keeps a partition's pause flag across revoke/loss and re-assignment to
@@ -181,7 +208,7 @@ class InvoicingWorker:
         state = self.partitions.setdefault(token.partition, PartitionState(token.partition))
         try:
             with self.pool.connection() as conn:
-                fencing.claim(conn, token)
+                self.stores.fences.claim(conn, token)
         except fencing.ClaimRefused as exc:
             CLAIMS_REFUSED.inc()
             self.stats["claims_refused"] += 1
@@ -207,10 +234,10 @@ class InvoicingWorker:
             token.member_id,
         )
 
-    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    def _on_revoke(self, consumer: KafkaSource, partitions: list[TopicPartition]) -> None:
         self._release(partitions, "revoked")
 
-    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    def _on_lost(self, consumer: KafkaSource, partitions: list[TopicPartition]) -> None:
         self._release(partitions, "lost")
 
     def _release(self, partitions: list[TopicPartition], how: str) -> None:
@@ -392,6 +419,10 @@ class InvoicingWorker:
                 batch.customers.append((envelope.id, data, source))
             elif isinstance(data, UsageRecorded):
                 batch.usage.append(rows.UsageRecord(envelope.id, data, source))
+            elif isinstance(data, UsageMetered):
+                batch.metered.append(rows.MeteredRecord(envelope.id, data, source))
+            elif isinstance(data, SubscriptionStarted | SubscriptionChanged | SubscriptionEnded):
+                batch.subscriptions.append(rows.SubscriptionRecord(envelope.id, data, source))
             elif isinstance(data, BillingPeriodClosed):
                 if not self._flush(partition, token, batch, next_offset=msg.offset):
                     return
@@ -488,12 +519,16 @@ class InvoicingWorker:
             return True
         first_offset = batch.messages[0].offset
 
-        def work(conn: Any) -> list[rows.UsageConflict]:
+        def work(conn: Any) -> list[rows.UsageConflict | rows.RecordConflict]:
             for event_id, data, source in batch.customers:
-                store.usage.upsert_customer(conn, event_id, data, source)
-            conflicts = store.usage.insert_usage(conn, batch.usage)
+                self.stores.usage.upsert_customer(conn, event_id, data, source)
+            conflicts: list[rows.UsageConflict | rows.RecordConflict] = list(
+                self.stores.usage.insert_usage(conn, batch.usage)
+            )
             originals = {m.offset: m for m in batch.messages}
-            for conflict in conflicts:
+            for conflict in list(conflicts):
+                if not isinstance(conflict, rows.UsageConflict):
+                    continue
                 record = conflict.record
                 reason = (
                     f"event id {record.event_id} already recorded with a different payload "
@@ -510,12 +545,34 @@ class InvoicingWorker:
                         "source": record.source,
                     }
                 )
+            for other in self.stores.metering.insert_metered(
+                conn, batch.metered
+            ) + self.stores.metering.insert_subscriptions(conn, batch.subscriptions):
+                reason = (
+                    f"event id {other.record.event_id} already recorded with a different payload "
+                    f"(stored from {other.stored_source.topic}[{other.stored_source.partition}]"
+                    f"@{other.stored_source.offset}); the stored {other.record.data.event_type} "
+                    "is kept"
+                )
+                self._publish_record_conflict(
+                    other, reason, originals.get(other.record.source.offset)
+                )
+                batch.holds.append(
+                    {
+                        "customer_id": other.record.data.customer_id,
+                        "billing_period": other.billing_period,
+                        "reason": reason,
+                        "event_id": other.record.event_id,
+                        "source": other.record.source,
+                    }
+                )
+                conflicts.append(other)
             for hold in batch.holds:
-                store.holds.record_hold(conn, **hold)
+                self.stores.holds.record_hold(conn, **hold)
             return conflicts
 
         try:
-            conflicts = write_fenced(self.pool, token, work)
+            conflicts = write_fenced(self.pool, token, work, stores=self.stores)
         except fencing.Fenced as exc:
             self._fenced(partition, "records", exc)
             return False
@@ -530,9 +587,20 @@ class InvoicingWorker:
             return False
         if batch.holds:
             HOLDS.inc(len(batch.holds))
-        RECORDS.labels("usage.recorded", "stored").inc(len(batch.usage) - len(conflicts))
+        usage_conflicts = sum(1 for c in conflicts if isinstance(c, rows.UsageConflict))
+        metered_conflicts = sum(
+            1
+            for c in conflicts
+            if isinstance(c, rows.RecordConflict) and isinstance(c.record, rows.MeteredRecord)
+        )
+        RECORDS.labels("usage.recorded", "stored").inc(len(batch.usage) - usage_conflicts)
         RECORDS.labels("customer.upserted", "stored").inc(len(batch.customers))
-        self.stats["usage_stored"] += len(batch.usage) - len(conflicts)
+        RECORDS.labels("usage.metered", "stored").inc(len(batch.metered) - metered_conflicts)
+        RECORDS.labels("subscription", "stored").inc(
+            len(batch.subscriptions) - (len(conflicts) - usage_conflicts - metered_conflicts)
+        )
+        self.stats["usage_stored"] += len(batch.usage) - usage_conflicts
+        self.stats["metered_stored"] += len(batch.metered) - metered_conflicts
         self._commit(partition, next_offset)
         return True
 
@@ -571,6 +639,40 @@ class InvoicingWorker:
         RECORDS.labels("usage.recorded", "conflict").inc()
         self.stats["conflicts"] += 1
         log.warning("usage conflict dead-lettered: %s", reason)
+
+    def _publish_record_conflict(
+        self, conflict: rows.RecordConflict, reason: str, original: Record | None
+    ) -> None:
+        """Dead-letter a conflicting metered or subscription event as it was read (see
+        :meth:`_publish_conflict`).
+
+        Raises:
+            DeadLetterError: not delivered (the batch is retried after a backoff).
+        """
+        record = conflict.record
+        if original is not None:
+            key, value, headers = original.key, original.value, list(original.headers)
+        else:
+            from streams.domain.codec import encode
+            from streams.domain.events import Envelope
+
+            encoded = encode(
+                Envelope.wrap(record.data, id=record.event_id, source="/invoicing/worker/conflict")
+            )
+            key, value, headers = encoded.key, encoded.value, list(encoded.headers)
+        self.dead_letters.publish(
+            key=key,
+            value=value,
+            headers=headers,
+            source_topic=record.source.topic,
+            source_partition=record.source.partition,
+            source_offset=record.source.offset,
+            kind="conflict",
+            reason=reason,
+        )
+        RECORDS.labels(record.data.event_type, "conflict").inc()
+        self.stats["conflicts"] += 1
+        log.warning("%s conflict dead-lettered: %s", record.data.event_type, reason)
 
     def _flush_failed(self, partition: int, rewind_to: int, reason: str) -> None:
         self._back_off(partition)
@@ -699,7 +801,7 @@ class InvoicingWorker:
             )
 
             def work(conn: Any) -> None:
-                store.holds.record_hold(
+                self.stores.holds.record_hold(
                     conn,
                     customer_id=marker.customer_id,
                     billing_period=marker.billing_period,
@@ -707,9 +809,9 @@ class InvoicingWorker:
                     event_id=marker.event_id,
                     source=marker.source,
                 )
-                store.closes.record_close(conn, marker, "held", None)
+                self.stores.closes.record_close(conn, marker, "held", None)
 
-            write_fenced(self.pool, result.token, work)
+            write_fenced(self.pool, result.token, work, stores=self.stores)
         except fencing.Fenced as exc:
             self._fenced(partition, "invoice", exc)
             return False

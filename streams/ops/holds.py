@@ -1,8 +1,11 @@
 """Invoice holds: list them, and release them after the bad input was dealt with.
 
 A hold is written when a record of a customer was dead-lettered (undecodable,
-invalid, a conflicting duplicate) or when a close marker's invoice was refused
-by a permanent rule. While a hold is open, that customer's invoice for the
+invalid, a conflicting duplicate), when a close marker's invoice was refused
+by a permanent rule, or when rating found a gap in the price book or the data
+(reason ``rating: <code>: …``, docs/rating.md "Gaps are holds, also in the
+pipeline": fix it by publishing the missing plan version or sending the
+missing subscription event, then release). While a hold is open, that customer's invoice for the
 period (or every period, when the bad record named none) is not built: nobody
 is invoiced from partial data.
 

@@ -3,9 +3,10 @@
 Debezium delivers at least once, and a lost or recreated replication slot can
 drop events without an error. So:
 
-- outbox rows are kept for a retention period (default 30 days) and then
-  deleted by :func:`prune_outbox` (``invoicing outbox prune``); the EventRouter
-  ignores deletes, so pruning publishes nothing;
+- outbox rows are kept for a retention period (default 30 days, at least 7) and
+  then deleted by :func:`prune_outbox` (``invoicing outbox prune``, through the
+  owner's ``prune_outbox()`` function: no runtime role may delete outbox rows); the
+  EventRouter ignores deletes, so pruning publishes nothing;
 - :func:`reconcile` (``invoicing reconcile``) reads ``billing.invoices.v1`` from
   the beginning and reports every issued document (invoice revision or credit
   note) whose event never reached the topic, and every invoice revision with a
@@ -16,7 +17,9 @@ drop events without an error. So:
 
 A republish needs the original payload: within retention it is copied from the
 outbox; after pruning, an invoice's event is rebuilt from its stored rows
-(:func:`streams.billing.issuance.invoice_issued` over the invoice and its lines).
+(:func:`streams.billing.issuance.invoice_issued` over the invoice and its lines;
+a rated invoice's charge lines from ``invoice_charges`` and its rating summary
+from ``invoices.rating``).
 """
 
 from __future__ import annotations
@@ -31,11 +34,15 @@ from typing import Any
 
 import psycopg
 from confluent_kafka import Consumer, TopicPartition
+from psycopg.rows import scalar_row
 
 from streams.adapters.kafka import record_of
 from streams.billing import rows, store
 from streams.billing.issuance import invoice_issued
-from streams.domain.invoice import TaxedLine, UsageLine, compute_invoice
+from streams.domain.events import SourceRange
+from streams.domain.invoice import PricedInvoice, TaxedLine, UsageLine, apply_tax, compute_invoice
+from streams.domain.money import round_money
+from streams.domain.rating.priced import largest_lines
 
 #: CloudEvents ``source`` of republished events.
 SOURCE = "/ops/reconcile"
@@ -56,9 +63,19 @@ class ReconcileReport:
 
 
 def prune_outbox(conn: psycopg.Connection[Any], older_than: timedelta) -> int:
-    """Delete outbox rows older than ``older_than``; returns how many."""
-    cur = conn.execute("DELETE FROM outbox WHERE created_at < now() - %s", (older_than,))
-    return cur.rowcount
+    """Delete outbox rows older than ``older_than``; returns how many.
+
+    Through ``prune_outbox(interval)`` (migration 0006): a ``SECURITY DEFINER`` function
+    of the owner, so the caller (the admin role) needs ``EXECUTE`` on it and no
+    ``DELETE`` on the outbox.
+
+    Raises:
+        psycopg.errors.InsufficientPrivilege: ``older_than`` is below the floor
+            (:data:`streams.grants.OUTBOX_PRUNE_FLOOR_DAYS`), or the role may not prune.
+    """
+    with conn.cursor(row_factory=scalar_row) as cur:
+        deleted = cur.execute("SELECT prune_outbox(%s)", (older_than,)).fetchone()
+    return int(deleted or 0)
 
 
 def documents_on_topic(consumer: Consumer, topic: str, timeout_s: float = 60.0) -> dict[str, int]:
@@ -195,7 +212,36 @@ def _rebuild_invoice_event(
         TaxedLine(line_id=line.event_id, tax_code=line.tax_code, rate=line.tax_rate, tax=line.tax)
         for line in stored
     ]
-    totals = compute_invoice(lines, taxed, currency=currency)
+    rating = store.invoices.stored_rating(conn, invoice_id)
+    if rating is None:
+        totals = compute_invoice(lines, taxed, currency=currency)
+    else:  # a rated invoice: its charge lines and rating summary too
+        charges = store.invoices.stored_charges(conn, invoice_id)
+        taxed += [
+            TaxedLine(line_id=c.detail.line_id, tax_code=c.tax_code, rate=c.tax_rate, tax=c.tax)
+            for c in charges
+        ]
+        first, last = store.invoices.stored_offsets(conn, invoice_id)
+        summaries = tuple(c.detail for c in charges)
+        priced = PricedInvoice(
+            currency=currency,
+            lines=tuple(lines),
+            subtotal=round_money(rating.exact_total, currency),
+            largest_lines=largest_lines(summaries, lines),
+            source=()
+            if first is None or last is None
+            else (
+                SourceRange(
+                    topic=head.source_topic,
+                    partition=head.source_partition,
+                    first_offset=first,
+                    last_offset=last,
+                ),
+            ),
+            charges=summaries,
+            rating=rating,
+        )
+        totals = apply_tax(priced, taxed)
     marker = rows.CloseMarker(
         head.close_event_id,
         head.customer_id,

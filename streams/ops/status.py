@@ -1,6 +1,7 @@
 """``invoicing status``: one view of what the pipeline is doing and what needs an operator.
 
-Reads PostgreSQL (invoices, emails, holds, fences, late usage, outbox), Kafka
+Reads PostgreSQL (invoices, emails, holds — a dead-lettered record's or a rating
+gap's, late usage and late metered usage, fences, outbox), Kafka
 (consumer-group lag, dead-letter topic size) and Connect (the outbox
 connector's state). Each part degrades to "unavailable: <reason>" rather than
 failing the whole view.
@@ -32,7 +33,7 @@ class StatusSources:
     """Where the status view reads from; each call opens something the view closes.
 
     Attributes:
-        database: a new autocommit connection of the application role (5 s connect timeout).
+        database: a new autocommit connection of the read-only operator role (5 s connect timeout).
         consumer: group id → a consumer that reads that group's committed offsets
             and the watermarks, and never joins or commits
             (:func:`streams.adapters.kafka.make_reader`).
@@ -52,6 +53,8 @@ class StatusView:
     periods: list[dict[str, Any]] = field(default_factory=list)
     holds: list[dict[str, Any]] = field(default_factory=list)
     late_usage: list[dict[str, Any]] = field(default_factory=list)
+    #: metered events read after the close point of an issued revision (per customer, period)
+    late_metered: list[dict[str, Any]] = field(default_factory=list)
     fences: list[dict[str, Any]] = field(default_factory=list)
     lag: dict[str, Any] = field(default_factory=dict)
     dead_letters: int | str = 0
@@ -89,11 +92,34 @@ def late_usage_summary(
     return list(groups.values())
 
 
+def late_metered_summary(
+    conn: psycopg.Connection[Any], period: str | None = None
+) -> list[dict[str, Any]]:
+    """Late metered usage per (customer, period): ``usage.metered`` events read after the
+    close point of the issued revision (:func:`streams.billing.store.metering.late_metered`);
+    the next replay --apply rates them."""
+    from streams.billing.store.metering import late_metered
+
+    return [
+        {
+            "customer_id": row.customer_id,
+            "billing_period": row.billing_period,
+            "invoice": row.invoice_number,
+            "metered_events": row.events,
+        }
+        for row in late_metered(conn, period)
+    ]
+
+
 def _periods(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
     rows = conn.execute(
         """
-        WITH u AS (SELECT billing_period, count(*) AS lines, count(DISTINCT customer_id) AS customers
-                     FROM usage_lines GROUP BY billing_period),
+        WITH u AS (SELECT billing_period, count(*) AS lines FROM usage_lines GROUP BY billing_period),
+             m AS (SELECT billing_period, count(*) AS events FROM metered_usage GROUP BY billing_period),
+             k AS (SELECT billing_period, count(DISTINCT customer_id) AS customers
+                     FROM (SELECT billing_period, customer_id FROM usage_lines
+                           UNION ALL SELECT billing_period, customer_id FROM metered_usage) b
+                    GROUP BY billing_period),
              i AS (SELECT billing_period,
                           count(*) FILTER (WHERE status = 'issued') AS issued,
                           count(*) FILTER (WHERE status = 'superseded') AS superseded,
@@ -106,11 +132,13 @@ def _periods(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
                           count(*) FILTER (WHERE d.status = 'sending') AS sending
                      FROM email_deliveries d JOIN invoices i ON i.invoice_id = d.document_id
                     GROUP BY i.billing_period)
-        SELECT p.billing_period, coalesce(u.customers, 0), coalesce(u.lines, 0), coalesce(i.issued, 0),
-               coalesce(i.superseded, 0), coalesce(c.credit_notes, 0), coalesce(i.total, 0),
-               coalesce(e.sent, 0), coalesce(e.skipped, 0), coalesce(e.sending, 0)
-          FROM (SELECT billing_period FROM u UNION SELECT billing_period FROM i) p
-          LEFT JOIN u USING (billing_period) LEFT JOIN i USING (billing_period)
+        SELECT p.billing_period, coalesce(k.customers, 0), coalesce(u.lines, 0), coalesce(m.events, 0),
+               coalesce(i.issued, 0), coalesce(i.superseded, 0), coalesce(c.credit_notes, 0),
+               coalesce(i.total, 0), coalesce(e.sent, 0), coalesce(e.skipped, 0), coalesce(e.sending, 0)
+          FROM (SELECT billing_period FROM u UNION SELECT billing_period FROM m
+                UNION SELECT billing_period FROM i) p
+          LEFT JOIN u USING (billing_period) LEFT JOIN m USING (billing_period)
+          LEFT JOIN k USING (billing_period) LEFT JOIN i USING (billing_period)
           LEFT JOIN c USING (billing_period) LEFT JOIN e USING (billing_period)
          ORDER BY 1
         """
@@ -119,6 +147,7 @@ def _periods(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
         "period",
         "customers",
         "usage_lines",
+        "metered_events",
         "invoices",
         "superseded",
         "credit_notes",
@@ -225,6 +254,7 @@ def collect(settings: Settings, sources: StatusSources) -> StatusView:
             view.periods = _periods(conn)
             view.holds = _open_holds(conn)
             view.late_usage = late_usage_summary(conn)
+            view.late_metered = late_metered_summary(conn)
             view.fences = _fences(conn)
             view.outbox = _outbox(conn)
     except psycopg.Error as exc:
@@ -258,6 +288,10 @@ def collect(settings: Settings, sources: StatusSources) -> StatusView:
     if view.late_usage:
         view.problems.append(
             f"{len(view.late_usage)} (customer, period) with late usage: run replay"
+        )
+    if view.late_metered:
+        view.problems.append(
+            f"{len(view.late_metered)} (customer, period) with late metered usage: run replay"
         )
     if isinstance(view.dead_letters, int) and view.dead_letters:
         view.problems.append(f"{view.dead_letters} record(s) in the dead-letter topic")

@@ -5,7 +5,8 @@ Public API::
 
     replay_period(period, settings, clients: ReplayClients, *, mode: Mode,
                   margin=DEFAULT_MARGIN, progress=True, holder=None, lease_ttl_s=30.0,
-                  lease_key_prefix=DEFAULT_KEY_PREFIX, on_step=None) -> ReplayReport
+                  lease_key_prefix=DEFAULT_KEY_PREFIX, on_step=None,
+                  candidate: CandidateBook | None = None) -> ReplayReport
     lease_name_for(period, settings) -> str      # "<topic prefix>replay:<period>"
 
 The clients (pool, Redis, tax service, a consumer factory) come from the caller;
@@ -28,10 +29,17 @@ from streams.replay.errors import (
     ReplayUnavailable,
 )
 from streams.replay.report import CustomerOutcome, Mode, ReplayReport
-from streams.replay.run import DEFAULT_MARGIN, ReplayClients, lease_name_for, replay_period
+from streams.replay.run import (
+    DEFAULT_MARGIN,
+    CandidateBook,
+    ReplayClients,
+    lease_name_for,
+    replay_period,
+)
 
 __all__ = [
     "DEFAULT_MARGIN",
+    "CandidateBook",
     "CustomerOutcome",
     "Mode",
     "ReplayAborted",

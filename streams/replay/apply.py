@@ -3,7 +3,12 @@
 Per customer (:func:`replay_customer`), in this order: skip it when it cannot be
 judged or must not be touched (an open hold, a period not closed or a close
 marker the workers have not handled yet, every revision voided, invoice lines
-outside the window); price the rebuilt usage and tax it — a **quote**
+or metered events outside the window); **rate** the rebuilt period with the one
+rating function (:func:`streams.billing.rating.rate_period`: the re-read
+pre-priced lines and metered events, the customer's subscription events — the
+stored history and the re-read ones — under the run's price book: the published
+one, or for a dry run a candidate file, shadow re-rating); a rating that holds
+(a gap in the book) skips the customer with the hold's reasons; tax it — a **quote**
 (``commit=False``) for a dry run and for unchanged lines, the real document
 (``commit=True``, idempotency key :func:`streams.billing.issuance.tax_idempotency_key`
 of the new revision) for a correction; compare (:mod:`streams.replay.diff`);
@@ -35,22 +40,28 @@ from streams.adapters.lease import (
 from streams.billing import fencing, rows, store
 from streams.billing.issuance import Issued, NotIssued, issue, tax_idempotency_key
 from streams.billing.ports import TaxRejected, TaxService, TaxUnavailable
+from streams.billing.rating import PeriodInputs, hold_reason, rate_period
+from streams.billing.store.metering import StoredSubscription
 from streams.domain.errors import DomainError
 from streams.domain.events import (
+    SourceRange,
+    SubscriptionEvent,
     deterministic_id,
     invoice_id_for,
 )
 from streams.domain.invoice import (
     InvoiceTotals,
+    PricedInvoice,
     TaxedLine,
     UsageLine,
     apply_tax,
-    price_invoice,
 )
+from streams.domain.periods import BillingPeriod
+from streams.domain.rating import MeteredEvent, PriceBook, segments_for
 from streams.replay import store as rstore
 from streams.replay.diff import CustomerDiff, IssuedInvoice, compare, lines_differ
 from streams.replay.reader import Window
-from streams.replay.rebuild import PeriodRebuild
+from streams.replay.rebuild import Coordinates, PeriodRebuild
 from streams.replay.report import CustomerOutcome, Mode
 from streams.settings import Settings
 
@@ -105,6 +116,16 @@ class ReplayContext:
     db_customers: dict[str, rows.Customer] = field(default_factory=dict)
     #: partition → the invoicing group's committed offset (the next record it will handle)
     worker_next: dict[int, int] = field(default_factory=dict)
+    #: the price book the run rates under (the published one, or a candidate: dry run)
+    book: PriceBook = field(default_factory=PriceBook)
+    #: customer → its distinct metered events of the period and where each was read
+    metered: dict[str, list[tuple[MeteredEvent, Coordinates]]] = field(default_factory=dict)
+    #: customer → its stored subscription history (``subscription_events``)
+    stored_subscriptions: dict[str, list[StoredSubscription]] = field(default_factory=dict)
+    #: event ids of the period in ``metered_usage``
+    stored_metered: set[str] = field(default_factory=set)
+    #: customer → stored metered events of the period read before the window
+    metered_below: dict[str, int] = field(default_factory=dict)
 
     @property
     def apply(self) -> bool:
@@ -202,42 +223,72 @@ def _tax(
     ctx: ReplayContext,
     customer_id: str,
     currency: str,
-    lines: list[UsageLine],
+    priced: PricedInvoice,
     invoice_id: str,
     revision: int,
     *,
     commit: bool,
 ) -> tuple[list[TaxedLine], InvoiceTotals]:
-    """Price ``lines``, then tax them under ``<invoice id>:r<revision>``.
+    """Tax the priced invoice under ``<invoice id>:r<revision>``.
 
-    The pricing rules (currency, duplicates, subtotal) run before the tax call, as in
-    the invoicing worker (:mod:`streams.invoicing.jobs`): a committed tax document
-    keeps its idempotency key, so data refused after the call could never be taxed
-    again under that key once corrected.
+    The pricing rules (rating, currency, duplicates, subtotal) ran before, as in the
+    invoicing worker (:mod:`streams.invoicing.jobs`): a committed tax document keeps
+    its idempotency key, so data refused after the call could never be taxed again
+    under that key once corrected.
 
     Raises:
-        DomainError: the lines break an invoice rule (nothing was sent to the tax
-            service), or the tax answers are malformed.
+        DomainError: the tax answers are malformed.
         TaxError: the tax service failed or refused (see :mod:`streams.adapters.tax`).
     """
-    priced = price_invoice(lines, currency=currency)
     taxed = ctx.tax.calculate(
         idempotency_key=tax_idempotency_key(invoice_id, revision),
         customer_id=customer_id,
         currency=currency,
-        lines=[line.tax_line() for line in priced.lines],
+        lines=priced.tax_lines(),
         commit=commit,
     )
     return taxed, apply_tax(priced, taxed)
 
 
+def subscriptions_of(ctx: ReplayContext, customer_id: str) -> list[SubscriptionEvent]:
+    """The customer's subscription events: the stored history and those re-read in the
+    window, one per event id, in (partition, offset) order (the worker's order)."""
+    events: dict[str, tuple[int, int, SubscriptionEvent]] = {
+        stored.event_id: (stored.source.partition, stored.source.offset, stored.data)
+        for stored in ctx.stored_subscriptions.get(customer_id, [])
+    }
+    for event_id, data, at in ctx.rebuild.subscriptions(customer_id):
+        events.setdefault(event_id, (at.partition, at.offset, data))
+    return [data for _, _, data in sorted(events.values(), key=lambda item: item[:2])]
+
+
+def subscribed_in_period(ctx: ReplayContext, customer_id: str) -> bool:
+    """Whether a plan version is in effect for a day of the period."""
+    return bool(segments_for(BillingPeriod.parse(ctx.period), subscriptions_of(ctx, customer_id)))
+
+
+def _metered_source(
+    metered: list[tuple[MeteredEvent, Coordinates]],
+) -> tuple[SourceRange, ...]:
+    spans: dict[tuple[str, int], tuple[int, int]] = {}
+    for _, at in metered:
+        low, high = spans.get((at.topic, at.partition), (at.offset, at.offset))
+        spans[(at.topic, at.partition)] = (min(low, at.offset), max(high, at.offset))
+    return tuple(
+        SourceRange(topic=topic, partition=partition, first_offset=low, last_offset=high)
+        for (topic, partition), (low, high) in sorted(spans.items())
+    )
+
+
 def _compare_and_apply(ctx: ReplayContext, customer_id: str) -> CustomerOutcome:
     lines = ctx.usage.get(customer_id, [])
+    metered = ctx.metered.get(customer_id, [])
     issued = ctx.issued.get(customer_id)
     if customer_id in ctx.held:
         return _skip(ctx, customer_id, "held: the customer has an unreleased invoice hold")
     if issued is None:
-        if not lines:  # nothing issued, nothing used (e.g. a revision issued concurrently vanished)
+        if not lines and not metered and not subscribed_in_period(ctx, customer_id):
+            # nothing issued, nothing used (e.g. a revision issued concurrently vanished)
             return CustomerOutcome(customer_id, "unchanged")
         if ctx.revisions.get(customer_id, 0) > 0:
             return _skip(
@@ -262,14 +313,37 @@ def _compare_and_apply(ctx: ReplayContext, customer_id: str) -> CustomerOutcome:
     currency = issued.currency if issued is not None else identity.currency
     revision = (issued.revision if issued is not None else 0) + 1
     new_id = invoice_id_for(customer_id, ctx.period, revision)
-    differ = lines_differ(issued, lines)
+    if ctx.metered_below.get(customer_id):
+        return _skip(
+            ctx,
+            customer_id,
+            f"incomplete_window: {ctx.metered_below[customer_id]} stored metered event(s) of "
+            "the period lie before the re-read window; widen --margin-days",
+        )
+    rating = rate_period(
+        PeriodInputs(
+            period=ctx.period,
+            currency=currency,
+            book=ctx.book,
+            subscriptions=tuple(subscriptions_of(ctx, customer_id)),
+            metered=tuple(event for event, _ in metered),
+            pass_through=tuple(lines),
+            metered_source=_metered_source(metered),
+        )
+    )
+    if rating.priced is None:
+        # A gap in the book (or a candidate book that does not price this customer):
+        # never billed, never written; a resume rates it again.
+        return _skip(ctx, customer_id, f"rating_hold: {hold_reason(rating.rated)}", record=False)
+    priced = rating.priced
+    differ = lines_differ(issued, priced.lines, priced.charges)
     commit = ctx.apply and differ
-    taxed, totals = _tax(ctx, customer_id, currency, lines, new_id, revision, commit=commit)
+    taxed, totals = _tax(ctx, customer_id, currency, priced, new_id, revision, commit=commit)
     diff = compare(
         customer_id=customer_id,
         billing_period=ctx.period,
         issued=issued,
-        lines=lines,
+        lines=priced.lines,
         totals=totals,
         window=ctx.window.bounds(),
         stored_event_ids=ctx.stored_ids,
@@ -300,12 +374,12 @@ def _compare_and_apply(ctx: ReplayContext, customer_id: str) -> CustomerOutcome:
             revision=revision,
         )
     if not commit:  # same lines, other totals (a rate changed): the real document now
-        taxed, totals = _tax(ctx, customer_id, currency, lines, new_id, revision, commit=True)
+        taxed, totals = _tax(ctx, customer_id, currency, priced, new_id, revision, commit=True)
         diff = compare(
             customer_id=customer_id,
             billing_period=ctx.period,
             issued=issued,
-            lines=lines,
+            lines=priced.lines,
             totals=totals,
             window=ctx.window.bounds(),
             stored_event_ids=ctx.stored_ids,
@@ -317,7 +391,9 @@ def _compare_and_apply(ctx: ReplayContext, customer_id: str) -> CustomerOutcome:
             _record(ctx, outcome)
             return outcome
     ctx.on_step("taxed", customer_id)
-    outcome = _write(ctx, identity, issued, revision, new_id, lines, taxed, totals, diff)
+    outcome = _write(
+        ctx, identity, issued, revision, new_id, list(priced.lines), metered, taxed, totals, diff
+    )
     ctx.on_step("written", customer_id)
     return outcome
 
@@ -338,6 +414,7 @@ def _write(
     revision: int,
     new_id: str,
     lines: list[UsageLine],
+    metered: list[tuple[MeteredEvent, Coordinates]],
     taxed: list[TaxedLine],
     totals: InvoiceTotals,
     diff: CustomerDiff,
@@ -349,11 +426,15 @@ def _write(
             says someone else wrote first; everything was rolled back.
     """
     customer_id, period = identity.customer_id, ctx.period
-    partition = (
-        lines[0].source_partition
-        if lines
-        else (issued.source_partition if issued is not None else 0)
-    )
+    closed = ctx.rebuild.closed_at(customer_id)
+    if lines:
+        partition = lines[0].source_partition
+    elif metered:
+        partition = metered[0][1].partition
+    elif issued is not None:
+        partition = issued.source_partition
+    else:
+        partition = closed.partition if closed is not None else 0
     draft = rows.InvoiceDraft(
         invoice_id=new_id,
         revision=revision,
@@ -415,6 +496,7 @@ def _write(
 
     def record(conn: psycopg.Connection[Any], done: Issued) -> None:
         _restore_lost_usage(ctx, conn, diff)
+        _restore_lost_metered(ctx, conn, metered)
         outcome = outcome_of(done)
         rstore.record_result(
             conn,
@@ -473,3 +555,26 @@ def _restore_lost_usage(
             )
         )
     store.usage.insert_usage(conn, records)
+
+
+def _restore_lost_metered(
+    ctx: ReplayContext,
+    conn: psycopg.Connection[Any],
+    metered: list[tuple[MeteredEvent, Coordinates]],
+) -> None:
+    """Store the rated metered events ``metered_usage`` lacks (a lost write), as for
+    usage lines (``ON CONFLICT DO NOTHING``)."""
+    records = []
+    for event, _ in metered:
+        if event.event_id in ctx.stored_metered:
+            continue
+        found = ctx.rebuild.metered_record(event.event_id)
+        if found is None:
+            continue
+        data, at = found
+        records.append(
+            rows.MeteredRecord(
+                event.event_id, data, rows.SourceCoordinates(at.topic, at.partition, at.offset)
+            )
+        )
+    store.metering.insert_metered(conn, records)

@@ -111,6 +111,10 @@ class ReplayReport:
     events_read: int = 0
     read_s: float = 0.0
     usage_events: int = 0
+    #: distinct usage.metered events of the period re-read
+    metered_events: int = 0
+    #: the price book the run rated under ("published (…)" or "candidate FILE (…)")
+    price_book: str = ""
     duplicates: int = 0
     conflicts: list[Conflict] = field(default_factory=list)
     invalid: list[InvalidRecord] = field(default_factory=list)
@@ -183,6 +187,8 @@ class ReplayReport:
             "open_apply_run": self.open_apply_run,
             "summary": self.summary(),
             "usage_events": self.usage_events,
+            "metered_events": self.metered_events,
+            "price_book": self.price_book,
             "duplicates": self.duplicates,
             "conflicts": [
                 {

@@ -18,10 +18,14 @@ docs/replay.md. Steps, in this order:
    captured now (:mod:`streams.replay.reader`).
 3. **Re-read** the window with a progress bar (events/s), rebuilding the
    period's usage, customers and close markers (:mod:`streams.replay.rebuild`).
-4. **Compare**, per customer with usage in the period or an issued invoice for
-   it, in customer id order: the issued revision (``invoices`` +
-   ``invoice_lines``) against the invoice recomputed from the rebuilt usage with
-   :func:`~streams.domain.invoice.compute_invoice` (:mod:`streams.replay.diff`).
+4. **Compare**, per customer with usage or metered usage in the period, a
+   subscription in effect for a day of it, or an issued invoice for it, in
+   customer id order: the issued revision (``invoices`` + ``invoice_lines`` +
+   ``invoice_charges``) against the invoice **rated** from the rebuilt period
+   with the one rating function (:func:`streams.billing.rating.rate_period`)
+   under the run's price book — the published one (PostgreSQL), or for a dry
+   run a candidate book given by the caller (**shadow re-rating**: "what would
+   this price change have billed?") — (:mod:`streams.replay.diff`).
    Tax: a **quote** (``commit=False``; nothing is recorded at the tax service,
    the Redis rate cache may answer it) for the dry run and for customers whose
    lines are unchanged; the real document (``commit=True``, idempotency key
@@ -89,14 +93,20 @@ from streams.domain.errors import InvalidEvent
 from streams.domain.events import (
     BillingPeriodClosed,
     CustomerUpserted,
+    SubscriptionChanged,
+    SubscriptionEnded,
+    SubscriptionStarted,
+    UsageMetered,
     UsageRecorded,
 )
 from streams.domain.periods import BillingPeriod
+from streams.domain.rating import PriceBook
 from streams.replay import store as rstore
 from streams.replay.apply import (
     ReplayContext,
     StepHook,
     replay_customer,
+    subscribed_in_period,
 )
 from streams.replay.errors import ReplayAborted, ReplayStateError, ReplayUnavailable
 from streams.replay.progress import progress_bars
@@ -111,6 +121,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "DEFAULT_MARGIN",
+    "CandidateBook",
     "consumer_group_for",
     "lease_name_for",
     "replay_period",
@@ -120,7 +131,24 @@ __all__ = [
 #: How far before the period's start the re-read begins (late events produced early, clock skew).
 DEFAULT_MARGIN = timedelta(days=7)
 
-ACCOUNT_EVENTS = (CustomerUpserted, UsageRecorded, BillingPeriodClosed)
+ACCOUNT_EVENTS = (
+    CustomerUpserted,
+    UsageRecorded,
+    BillingPeriodClosed,
+    UsageMetered,
+    SubscriptionStarted,
+    SubscriptionChanged,
+    SubscriptionEnded,
+)
+
+
+@dataclass(frozen=True)
+class CandidateBook:
+    """An unpublished price book to rate a dry run under (shadow re-rating), and how the
+    report names it (e.g. ``candidate examples/pricing/price-book-v2.yaml``)."""
+
+    book: PriceBook
+    label: str
 
 
 def lease_name_for(period: str, settings: Settings) -> str:
@@ -168,6 +196,7 @@ def replay_period(
     lease_ttl_s: float = 30.0,
     lease_key_prefix: str = DEFAULT_KEY_PREFIX,
     on_step: StepHook | None = None,
+    candidate: CandidateBook | None = None,
 ) -> ReplayReport:
     """Replay ``period`` (see the module doc for the steps) and return its report.
 
@@ -183,6 +212,8 @@ def replay_period(
         lease_ttl_s: the lease's TTL in seconds (renewed every third of it).
         lease_key_prefix: Redis key prefix of the lease (tests use their own).
         on_step: test hook, see :data:`StepHook`.
+        candidate: rate under this unpublished price book instead of the published
+            one (dry run only: an apply issues under published versions).
 
     Raises:
         InvalidPeriod: ``period`` is not ``YYYY-MM``.
@@ -190,11 +221,18 @@ def replay_period(
             runs; nothing was read or written.
         ReplayAborted: the lease was lost or fenced part-way.
         ReplayUnavailable: Kafka did not answer or the re-read stalled.
-        ReplayStateError: the stored unfinished run is for another topic.
+        ReplayStateError: the stored unfinished run is for another topic, or a
+            candidate book was given to an apply.
         psycopg.Error, LeaseStoreError: the database failed.
+        PriceBookError: the published entries do not make a valid book.
     """
     started = time.monotonic()
     period = str(BillingPeriod.parse(period))
+    if candidate is not None and mode is Mode.APPLY:
+        raise ReplayStateError(
+            "an apply issues invoices under the published price book only: publish the "
+            "candidate first (invoicing plans publish FILE), then run --apply without --price-book"
+        )
     topic = ACCOUNT_EVENTS_TOPIC.with_prefix(settings.kafka.topic_prefix).name
     name = lease_name_for(period, settings)
     holder = holder or _default_holder()
@@ -207,7 +245,7 @@ def replay_period(
     try:
         report = _run(
             settings, period, mode, margin, topic, clients, lease, progress,
-            on_step or (lambda stage, customer: None), started,
+            on_step or (lambda stage, customer: None), started, candidate,
         )  # fmt: skip
     except BaseException:
         with contextlib.suppress(LeaseLost):  # reported by release(); keep the cause
@@ -311,6 +349,7 @@ def _run(
     progress: bool,
     on_step: StepHook,
     started: float,
+    candidate: CandidateBook | None,
 ) -> ReplayReport:
     pool = clients.pool
     try:
@@ -359,6 +398,7 @@ def _run(
             stats = _reread(consumer, window, rebuild, lease, bar, period)
             report.events_read, report.read_s = stats.records, stats.seconds
             report.usage_events = rebuild.usage_events
+            report.metered_events = rebuild.metered_events
             report.duplicates = rebuild.duplicates
             report.conflicts = list(rebuild.conflicts)
             report.invalid = list(rebuild.invalid)
@@ -376,12 +416,20 @@ def _run(
                 len(rebuild.invalid),
             )
             on_step("read", "")
-            _load_state(ctx, clients.new_consumer)
+            _load_state(ctx, clients.new_consumer, candidate)
+            report.price_book = ctx_book_label(ctx, candidate)
             previous: dict[str, rstore.ResultRow] = {}
             if resumed:
                 with pool.connection() as conn:
                     previous = rstore.results(conn, row.run_id)
-            todo = sorted(set(ctx.usage) | set(ctx.issued) | set(previous))
+            subscribed = {
+                customer
+                for customer in set(ctx.stored_subscriptions) | rebuild.subscribed_customers
+                if subscribed_in_period(ctx, customer)
+            }
+            todo = sorted(
+                set(ctx.usage) | set(ctx.metered) | subscribed | set(ctx.issued) | set(previous)
+            )
             task = (
                 bar.add_task(f"{mode} {period}", total=len(todo), unit="customers") if bar else None
             )
@@ -470,16 +518,35 @@ def _reread(
     )
 
 
-def _load_state(ctx: ReplayContext, new_consumer: ConsumerFactory) -> None:
-    """The issued state of the period and what the database knows about its customers."""
+def ctx_book_label(ctx: ReplayContext, candidate: CandidateBook | None) -> str:
+    """How the report names the run's price book."""
+    versions = sum(len(plan.versions) for plan in ctx.book.plans)
+    what = f"{len(ctx.book.metrics)} metric(s), {versions} plan version(s)"
+    return f"{candidate.label} ({what})" if candidate is not None else f"published ({what})"
+
+
+def _load_state(
+    ctx: ReplayContext, new_consumer: ConsumerFactory, candidate: CandidateBook | None
+) -> None:
+    """The issued state of the period, what the database knows about its customers, and
+    the price book to rate under (the published one unless a candidate is given)."""
     ctx.usage = ctx.rebuild.usage_by_customer()
+    ctx.metered = ctx.rebuild.metered_by_customer()
     with ctx.pool.connection() as conn, conn.transaction():
         ctx.issued = rstore.issued_invoices(conn, ctx.period, ctx.topic)
         ctx.revisions = store.invoices.revisions(conn, ctx.period, ctx.topic)
         ctx.held = store.holds.held_customers(conn, ctx.period)
         ctx.closed = store.closes.closed_customers(conn, ctx.period, ctx.topic)
         ctx.stored_ids = store.usage.stored_usage_ids(conn, ctx.period, ctx.topic)
-        ctx.db_customers = store.usage.customers(conn, sorted(set(ctx.usage) | set(ctx.issued)))
+        ctx.stored_metered = store.metering.stored_metered_ids(conn, ctx.period, ctx.topic)
+        ctx.metered_below = store.metering.metered_below(
+            conn, ctx.period, ctx.topic, ctx.window.start
+        )
+        ctx.stored_subscriptions = store.metering.subscription_history(conn, ctx.topic)
+        ctx.book = candidate.book if candidate is not None else store.pricing.published_book(conn)
+        known = set(ctx.usage) | set(ctx.metered) | set(ctx.issued)
+        known |= set(ctx.stored_subscriptions) | ctx.rebuild.subscribed_customers
+        ctx.db_customers = store.usage.customers(conn, sorted(known))
     ctx.worker_next = worker_positions(
         new_consumer, ctx.settings.worker.invoicing_group, ctx.topic, sorted(ctx.window.end)
     )

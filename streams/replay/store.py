@@ -25,7 +25,7 @@ import psycopg
 from psycopg.rows import class_row
 from psycopg.types.json import Jsonb
 
-from streams.replay.diff import IssuedInvoice, IssuedLine
+from streams.replay.diff import IssuedCharge, IssuedInvoice, IssuedLine
 
 # --------------------------------------------------------------------------- run state
 
@@ -236,6 +236,14 @@ class _IssuedLineRow:
     source_offset: int
 
 
+@dataclass(frozen=True)
+class _IssuedChargeRow:
+    invoice_id: str
+    line_id: str
+    description: str
+    amount: Decimal
+
+
 def issued_invoices(
     conn: psycopg.Connection[Any],
     billing_period: str,
@@ -243,7 +251,7 @@ def issued_invoices(
     customer_id: str | None = None,
 ) -> dict[str, IssuedInvoice]:
     """customer → the issued revision of ``billing_period`` built from ``topic``, with its
-    lines (only ``customer_id``'s when given): the replay's comparison model
+    lines and charge lines (only ``customer_id``'s when given): the replay's comparison model
     (:class:`streams.replay.diff.IssuedInvoice`)."""
     params = {"period": billing_period, "topic": topic, "customer": customer_id}
     with conn.cursor(row_factory=class_row(_IssuedHead)) as cur:
@@ -273,6 +281,21 @@ def issued_invoices(
             lines[line.invoice_id].append(
                 IssuedLine(line.event_id, line.amount, line.source_partition, line.source_offset)
             )
+    charges: dict[str, list[IssuedCharge]] = defaultdict(list)
+    with conn.cursor(row_factory=class_row(_IssuedChargeRow)) as cur:
+        for charge in cur.execute(
+            """
+            SELECT c.invoice_id::text, c.line_id::text, c.description, c.amount
+              FROM invoice_charges c JOIN invoices i ON i.invoice_id = c.invoice_id
+             WHERE i.billing_period = %(period)s AND i.status = 'issued' AND i.source_topic = %(topic)s
+               AND (%(customer)s::text IS NULL OR i.customer_id = %(customer)s::text)
+             ORDER BY c.invoice_id, c.line_no
+            """,
+            params,
+        ):
+            charges[charge.invoice_id].append(
+                IssuedCharge(charge.line_id, charge.description, charge.amount)
+            )
     return {
         head.customer_id: IssuedInvoice(
             invoice_id=head.invoice_id,
@@ -287,6 +310,7 @@ def issued_invoices(
             source_partition=head.source_partition,
             close_offset=head.close_offset,
             lines=tuple(lines.get(head.invoice_id, ())),
+            charges=tuple(charges.get(head.invoice_id, ())),
         )
         for head in heads
     }

@@ -41,7 +41,7 @@ from typing import Any
 import yaml
 from pydantic import TypeAdapter
 
-from streams.domain.events import CustomerId, Envelope, EventData, event_models
+from streams.domain.events import CODE_PATTERN, CustomerId, Envelope, EventData, event_models
 from streams.domain.rating.book import price_book_json_schema
 from streams.settings import KafkaSettings
 from streams.topics import (
@@ -49,6 +49,7 @@ from streams.topics import (
     DEAD_LETTER_TOPICS,
     INVOICES,
     INVOICES_DLQ,
+    PRICE_BOOK,
     REGISTRY,
     TopicSpec,
 )
@@ -91,7 +92,27 @@ def _price_book_schema() -> dict[str, Any]:
     }
 
 
+def _entry_key_pattern() -> str:
+    code = CODE_PATTERN.removeprefix("^").removesuffix("$")
+    return f"^(metric/{code}|plan/{code}/[1-9][0-9]*)$"
+
+
 def _key_schema(topic: str) -> dict[str, Any]:
+    if topic == PRICE_BOOK.name:
+        return {
+            "type": "string",
+            "pattern": _entry_key_pattern(),
+            "maxLength": 128,
+            "$schema": DRAFT,
+            "$id": f"{ID_BASE}{topic}/{KEY_FILE}",
+            "title": f"{topic} key",
+            "description": (
+                "Record key: the price book entry as UTF-8 text, metric/<metric code> or "
+                "plan/<plan code>/<version>. It also is the CloudEvents subject (header "
+                "ce_subject). Entries are immutable, so compaction keeps exactly the one "
+                "record each key was published with."
+            ),
+        }
     return {
         **TypeAdapter(CustomerId).json_schema(mode="serialization"),
         "$schema": DRAFT,
@@ -188,7 +209,9 @@ def _cloudevents_headers(spec: TopicSpec) -> dict[str, dict[str, Any]]:
         "ce_source": "Producer of the event (a URI reference, e.g. /invoicing/worker).",
         "ce_type": "Event type: selects the value schema.",
         "ce_time": "When the fact happened (UTC, RFC 3339).",
-        "ce_subject": "The customer id; equals the record key.",
+        "ce_subject": "The entry key (metric/<code>, plan/<code>/<version>); equals the record key."
+        if spec.name == PRICE_BOOK.name
+        else "The customer id; equals the record key.",
         "content-type": "Media type of the value (CloudEvents datacontenttype).",
     }
     for name, note in notes.items():
@@ -330,13 +353,15 @@ def _messages(spec: TopicSpec) -> dict[str, dict[str, Any]]:
 
 
 def _channel(spec: TopicSpec, messages: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    ordering = (
+        "one partition, so every reader sees the entries in publication order"
+        if spec.name == PRICE_BOOK.name
+        else "murmur2 partitioner, so every event of a customer is on one partition, in order"
+    )
     return {
         "address": spec.name,
         "title": spec.name,
-        "description": (
-            f"{spec.description}. Key: {spec.key} (murmur2 partitioner, so every event of a "
-            "customer is on one partition, in order)."
-        ),
+        "description": f"{spec.description}. Key: {spec.key} ({ordering}).",
         "messages": {mid: {"$ref": f"#/components/messages/{mid}"} for mid in messages},
         "bindings": {
             "kafka": {

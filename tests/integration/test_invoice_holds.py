@@ -38,14 +38,21 @@ PERIOD = "2025-01"
 
 @pytest.fixture
 def pool(settings: Settings, unique: str) -> Iterator[ConnectionPool[Any]]:
-    """A pool on a fresh database of this test, migrated to head."""
+    """A pool of the invoicing worker's role on a fresh database of this test (created by
+    the provisioner, owned by the owner), migrated to head with its grants."""
     database = f"inv_{unique}"
-    with psycopg.connect(settings.postgres.dsn(), autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
+    with psycopg.connect(settings.postgres.dsn("provisioner"), autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("CREATE DATABASE {} OWNER {}").format(
+                sql.Identifier(database), sql.Identifier(settings.postgres.owner.user)
+            )
+        )
     pg = settings.postgres.model_copy(update={"database": database})
     try:
         migrate.upgrade(pg)
-        with ConnectionPool(pg.dsn(), min_size=1, max_size=4, kwargs={"autocommit": False}) as p:
+        with ConnectionPool(
+            pg.dsn("worker"), min_size=1, max_size=4, kwargs={"autocommit": False}
+        ) as p:
             yield p
     finally:
         _drop_database(settings.postgres, database)

@@ -66,7 +66,7 @@ def run_ledger(p: Pipeline, group: str) -> dict[str, int]:
             "--group",
             group,
             "--dsn",
-            p.settings.postgres.dsn(),
+            p.settings.postgres.dsn("owner"),
             "--until-caught-up",
             "--max-seconds",
             "120",

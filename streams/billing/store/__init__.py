@@ -6,6 +6,9 @@
                        (gapless numbers), ``credit_notes`` and the ``outbox``
 :mod:`.holds`          ``invoice_holds``
 :mod:`.closes`         ``period_closes``
+:mod:`.metering`       ``metered_usage`` and ``subscription_events`` (dedup by event id)
+:mod:`.pricing`        ``billable_metrics`` and ``plan_versions`` (the published
+                       price book, immutable entries)
 =====================  ==========================================================
 
 The fence tables (``partition_fences``, ``lease_fences``, ``close_requests``)
@@ -22,6 +25,6 @@ Rows map to the frozen dataclasses of :mod:`streams.billing.rows` through
 psycopg's ``class_row``: no caller reads a row by position.
 """
 
-from streams.billing.store import closes, holds, invoices, usage
+from streams.billing.store import closes, holds, invoices, metering, pricing, usage
 
-__all__ = ["closes", "holds", "invoices", "usage"]
+__all__ = ["closes", "holds", "invoices", "metering", "pricing", "usage"]

@@ -1,4 +1,5 @@
-"""``invoice_holds``: a customer's invoicing held because one of its records was dead-lettered.
+"""``invoice_holds``: a customer's invoicing held because one of its records was dead-lettered
+(or because rating found a gap: :mod:`streams.invoicing.jobs`).
 
 While a hold is open, the customer's invoice for the period (or for every
 period, when the hold names none) is not built: nobody is invoiced from partial

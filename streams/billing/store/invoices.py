@@ -21,12 +21,14 @@ Shapes: money ``Decimal`` in currency units, periods ``YYYY-MM``, times UTC.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 import psycopg
-from psycopg.rows import class_row, scalar_row
+from psycopg.rows import args_row, class_row, scalar_row
 
 from streams.billing.rows import (
     CreditNoteDraft,
@@ -36,16 +38,19 @@ from streams.billing.rows import (
     StoredInvoice,
     StoredInvoiceLine,
 )
-from streams.domain.events import EventData
+from streams.domain.events import ChargeSummary, EventData, RatingSummary
+from streams.domain.invoice import TaxedLine
 
 __all__ = [
     "Document",
     "InvoiceNumberTaken",
     "OutboxEvent",
+    "StoredCharge",
     "UnsentInvoice",
     "credit_note_number",
     "current_invoice",
     "documents",
+    "insert_charges",
     "insert_credit_note",
     "insert_invoice",
     "insert_outbox",
@@ -57,8 +62,11 @@ __all__ = [
     "max_revision",
     "next_number",
     "revisions",
+    "stored_charges",
     "stored_invoice",
     "stored_invoice_lines",
+    "stored_offsets",
+    "stored_rating",
     "supersede",
 ]
 
@@ -141,17 +149,27 @@ def insert_invoice(
         psycopg.Error: the database failed.
     """
     totals = draft.totals
-    first = min((line.source_offset for line in draft.lines), default=None)
-    last = max((line.source_offset for line in draft.lines), default=None)
+    # The offsets of what the invoice was built from on the marker's partition: its
+    # usage lines and (rated invoices) its metered events (totals.source).
+    offsets = [line.source_offset for line in draft.lines] + [
+        bound
+        for span in totals.source
+        if span.topic == draft.marker.source.topic
+        and span.partition == draft.marker.source.partition
+        for bound in (span.first_offset, span.last_offset)
+    ]
+    first = min(offsets, default=None)
+    last = max(offsets, default=None)
     with conn.cursor(row_factory=scalar_row) as cur:
         inserted = cur.execute(
             """
             INSERT INTO invoices (invoice_id, invoice_number, customer_id, billing_period, revision, status,
                 customer_name, email, currency, line_count, subtotal, tax_total, total, taxes, close_event_id,
                 source_topic, source_partition, first_offset, last_offset, close_offset,
-                fence_group, fence_generation, fence_member, lease_fencing_token, supersedes_invoice_id, issued_at)
+                fence_group, fence_generation, fence_member, lease_fencing_token, supersedes_invoice_id, issued_at,
+                rating)
             VALUES (%s, %s, %s, %s, %s, 'issued', %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s,
-                    %s, %s, %s, %s, %s, %s)
+                    %s, %s, %s, %s, %s, %s, %s)
             ON CONFLICT DO NOTHING
             RETURNING invoice_id
             """,
@@ -181,6 +199,7 @@ def insert_invoice(
                 lease_fencing_token,
                 draft.supersedes_invoice_id,
                 issued_at,
+                None if totals.rating is None else totals.rating.model_dump_json(),
             ),
         ).fetchone()
         if inserted is None:
@@ -235,7 +254,93 @@ def insert_invoice(
                 for n, line in enumerate(draft.lines, start=1)
             ],
         )
+    if totals.charges:
+        insert_charges(conn, draft.invoice_id, totals.charges, taxed)
     return True
+
+
+def insert_charges(
+    conn: psycopg.Connection[Any],
+    invoice_id: str,
+    charges: Sequence[ChargeSummary],
+    taxed: Mapping[str, TaxedLine],
+) -> None:
+    """The rated charge lines of an invoice revision (``invoice_charges``, migration
+    0005), each with its tax (``taxed`` by line id) and, in ``detail``, the line as
+    the invoice event states it (so the event can be rebuilt from the rows)."""
+    with conn.cursor() as cur:
+        cur.executemany(
+            """
+            INSERT INTO invoice_charges (invoice_id, line_no, line_id, plan_code, plan_version,
+                charge_code, charge_model, description, metric, group_value, unit, quantity,
+                unit_price, amount, detail, tax_code, tax_rate, tax)
+            VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
+            """,
+            [
+                (
+                    invoice_id,
+                    n,
+                    charge.line_id,
+                    charge.plan_code,
+                    charge.plan_version,
+                    charge.charge_code,
+                    charge.charge_model,
+                    charge.description,
+                    charge.metric,
+                    charge.group_value,
+                    charge.unit,
+                    charge.quantity,
+                    charge.unit_price,
+                    charge.amount,
+                    charge.model_dump_json(),
+                    taxed[charge.line_id].tax_code,
+                    taxed[charge.line_id].rate,
+                    taxed[charge.line_id].tax,
+                )
+                for n, charge in enumerate(charges, start=1)
+            ],
+        )
+
+
+@dataclass(frozen=True)
+class StoredCharge:
+    """One ``invoice_charges`` row: the charge line as invoiced and its tax."""
+
+    detail: ChargeSummary
+    tax_code: str
+    tax_rate: Decimal
+    tax: Decimal
+
+
+def _stored_charge(detail: Any, tax_code: str, tax_rate: Decimal, tax: Decimal) -> StoredCharge:
+    return StoredCharge(ChargeSummary.model_validate(detail), tax_code, tax_rate, tax)
+
+
+def stored_charges(conn: psycopg.Connection[Any], invoice_id: str) -> list[StoredCharge]:
+    """The charge lines of invoice revision ``invoice_id``, in line order."""
+    with conn.cursor(row_factory=args_row(_stored_charge)) as cur:
+        return cur.execute(
+            "SELECT detail, tax_code, tax_rate, tax FROM invoice_charges "
+            "WHERE invoice_id = %s ORDER BY line_no",
+            (invoice_id,),
+        ).fetchall()
+
+
+def stored_offsets(conn: psycopg.Connection[Any], invoice_id: str) -> tuple[int | None, int | None]:
+    """``(first_offset, last_offset)`` of invoice revision ``invoice_id`` (None, None: unknown)."""
+    found = conn.execute(
+        "SELECT first_offset, last_offset FROM invoices WHERE invoice_id = %s", (invoice_id,)
+    ).fetchone()
+    return (None, None) if found is None else (found[0], found[1])
+
+
+def stored_rating(conn: psycopg.Connection[Any], invoice_id: str) -> RatingSummary | None:
+    """The rating summary of invoice revision ``invoice_id`` (None: not a rated invoice)."""
+    with conn.cursor(row_factory=scalar_row) as cur:
+        found = cur.execute(
+            "SELECT rating FROM invoices WHERE invoice_id = %s", (invoice_id,)
+        ).fetchone()
+    return None if found is None else RatingSummary.model_validate(found)
 
 
 def lock_issued(
