@@ -45,7 +45,12 @@ from streams.adapters.tax.client import HttpTaxService
 from streams.billing.ports import TaxService
 from streams.importers.close_period import DEFAULT_SCAN_MARGIN, CloseSummary, close_period
 from streams.importers.events_import import EventsImportSummary, import_events
-from streams.importers.focus_import import FLUSH_TIMEOUT_S, ImportSummary, import_focus
+from streams.importers.focus_import import (
+    FLUSH_TIMEOUT_S,
+    IMPORT_PRODUCER_OVERRIDES,
+    ImportSummary,
+    import_focus,
+)
 from streams.ops.status import StatusSources
 from streams.settings import RoleName, Settings
 
@@ -225,11 +230,12 @@ def run_import_focus(
     flush_timeout_s: float = FLUSH_TIMEOUT_S,
 ) -> ImportSummary:
     """:func:`streams.importers.focus_import.import_focus` with a new :func:`producer`
-    (flushed by the import; a producer has nothing to close). Same errors."""
+    (flushed by the import; a producer has nothing to close), batching for throughput
+    (:data:`streams.importers.focus_import.IMPORT_PRODUCER_OVERRIDES`). Same errors."""
     return import_focus(
         path,
         settings,
-        producer=producer(settings),
+        producer=producer(settings, **IMPORT_PRODUCER_OVERRIDES),
         progress=progress,
         flush_timeout_s=flush_timeout_s,
     )

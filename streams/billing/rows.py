@@ -11,8 +11,10 @@ codes, trimmed (the columns are ``CHAR(3)``).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -24,12 +26,14 @@ from streams.domain.events import (
     SubscriptionEvent,
     UsageMetered,
     UsageRecorded,
+    datetime_json,
 )
 from streams.domain.invoice import InvoiceTotals, TaxedLine, UsageLine
 from streams.domain.money import canonical_decimal
 from streams.domain.periods import BillingPeriod
 
 __all__ = [
+    "PAYLOAD_HASH_KEYS",
     "CloseMarker",
     "ClosePoint",
     "CreditNoteDraft",
@@ -49,7 +53,9 @@ __all__ = [
     "SubscriptionRecord",
     "UsageConflict",
     "UsageRecord",
+    "canonical_json",
     "payload_hash",
+    "payload_hash_reference",
 ]
 
 
@@ -75,8 +81,88 @@ def payload_hash(data: EventData) -> str:
     decimals of ``usage.metered`` are canonical already (``"10"`` and ``"10.0"`` hash
     alike). Usage rows stored before this rule kept the hash of the written form; the
     usage store compares those by their stored columns
-    (:func:`streams.billing.store.usage.insert_usage`).
+    (:func:`streams.billing.store.usage.insert_usage`). The text is
+    :func:`payload_hash_reference`'s; for ``usage.recorded`` (the hot path) it is written
+    by :func:`canonical_json`, the same text, faster (issue 11).
     """
+    if type(data) is UsageRecorded:
+        return hashlib.sha256(canonical_json(data).encode()).hexdigest()
+    return payload_hash_reference(data)
+
+
+def _dec(value: Decimal) -> str:
+    return format(canonical_decimal(value), "f")
+
+
+def _plain(value: Decimal) -> str:
+    return format(value, "f")
+
+
+def _usage_json(data: UsageRecorded, dec: Callable[[Decimal], str]) -> str:
+    q = data.quantity
+    c = data.consumed_quantity
+    return (
+        f'{{"amount":"{dec(data.amount)}"'
+        f',"billing_period":{_ascii(data.billing_period)}'
+        f',"charge_category":{_ascii_opt(data.charge_category)}'
+        f',"consumed_quantity":{"null" if c is None else _quoted(dec(c))}'
+        f',"consumed_unit":{_ascii_opt(data.consumed_unit)}'
+        f',"currency":{_ascii(data.currency)}'
+        f',"customer_id":{_ascii(data.customer_id)}'
+        f',"description":{_ascii_opt(data.description)}'
+        f',"event_time":{_ascii(_time_json(data.event_time))}'
+        f',"provider":{_ascii_opt(data.provider)}'
+        f',"quantity":{"null" if q is None else _quoted(dec(q))}'
+        f',"region_id":{_ascii_opt(data.region_id)}'
+        f',"schema_version":{int(data.schema_version)}'
+        f',"sku_id":{_ascii_opt(data.sku_id)}'
+        f',"unit":{_ascii_opt(data.unit)}}}'
+    )
+
+
+def canonical_json(data: UsageRecorded) -> str:
+    """The event data's canonical JSON, the text :func:`payload_hash` hashes.
+
+    The canonical JSON is :func:`payload_hash_reference`'s: ``json.dumps`` of the model's
+    JSON dump with the decimals in canonical form, ``sort_keys=True``,
+    ``separators=(",", ":")``. Written out here field by field, in sorted key order, with
+    the same escaping (ASCII, ``json``'s C encoder) and the model's JSON forms
+    (date-times pydantic's, once per distinct value): about 5x faster than dumping the
+    model (issue 11). A test checks it against the reference on varied data and that it
+    names every model field.
+    """
+    return _usage_json(data, _dec)
+
+
+def written_json(data: UsageRecorded) -> str:
+    """The event data as :func:`canonical_json` writes it, but with the decimals as
+    written (``1.00`` stays ``1.00``): what the usage store inserts, so a stored amount
+    keeps the scale it was sent with."""
+    return _usage_json(data, _plain)
+
+
+#: The keys :func:`canonical_json` writes, in its order (checked against the model).
+PAYLOAD_HASH_KEYS: tuple[str, ...] = (
+    "amount",
+    "billing_period",
+    "charge_category",
+    "consumed_quantity",
+    "consumed_unit",
+    "currency",
+    "customer_id",
+    "description",
+    "event_time",
+    "provider",
+    "quantity",
+    "region_id",
+    "schema_version",
+    "sku_id",
+    "unit",
+)
+
+
+def payload_hash_reference(data: EventData) -> str:
+    """The definition :func:`payload_hash` implements (slow: a model dump per call)."""
     dumped = data.model_dump(mode="json")
     if isinstance(data, UsageRecorded):
         for name in _DECIMAL_FIELDS:
@@ -87,6 +173,30 @@ def payload_hash(data: EventData) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
+_ascii: Callable[[str], str] = json.encoder.encode_basestring_ascii
+
+
+def _ascii_opt(text: str | None) -> str:
+    return "null" if text is None else _ascii(text)
+
+
+def _quoted(decimal_text: str) -> str:
+    return f'"{decimal_text}"'  # a decimal's text has nothing to escape
+
+
+_TIME_MEMO: dict[datetime, str] = {}
+
+
+def _time_json(value: datetime) -> str:
+    found = _TIME_MEMO.get(value)
+    if found is None:
+        found = datetime_json(value)
+        if len(_TIME_MEMO) >= 4096:
+            _TIME_MEMO.clear()
+        _TIME_MEMO[value] = found
+    return found
+
+
 @dataclass(frozen=True)
 class UsageRecord:
     """A ``usage.recorded`` event and where it was read, ready to be stored."""
@@ -95,8 +205,14 @@ class UsageRecord:
     data: UsageRecorded
     source: SourceCoordinates
 
-    @property
+    @functools.cached_property
+    def payload_json(self) -> str:
+        """:func:`written_json` of :attr:`data` (computed once): the row to store."""
+        return written_json(self.data)
+
+    @functools.cached_property
     def payload_sha256(self) -> str:
+        """:func:`payload_hash` of :attr:`data` (computed once)."""
         return payload_hash(self.data)
 
 

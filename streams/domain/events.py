@@ -47,6 +47,7 @@ from pydantic import (
     ConfigDict,
     Field,
     PlainSerializer,
+    TypeAdapter,
     WithJsonSchema,
     model_validator,
 )
@@ -144,6 +145,14 @@ Revision = Annotated[int, Field(ge=1, le=MAX_INT32)]
 CustomerId = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:/-]+$")]
 Period = Annotated[str, Field(pattern=PERIOD_PATTERN)]
 Currency = Annotated[str, Field(pattern=CURRENCY_PATTERN)]
+
+
+_DATETIME_JSON: TypeAdapter[datetime] = TypeAdapter(datetime)
+
+
+def datetime_json(value: datetime) -> str:
+    """The JSON text (unquoted) the models give a date-time, e.g. ``2024-09-18T22:00:00Z``."""
+    return str(_DATETIME_JSON.dump_python(value, mode="json"))
 
 
 def deterministic_id(*parts: str) -> str:

@@ -64,18 +64,24 @@ missing required columns raise :class:`~streams.domain.errors.FocusFormatError`
 from __future__ import annotations
 
 import csv
+import functools
 import hashlib
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, NamedTuple, TextIO
 
 from pydantic import ValidationError
 
 from streams.domain.errors import DomainError, FocusFormatError
-from streams.domain.events import CustomerUpserted, UsageRecorded, deterministic_id
+from streams.domain.events import (
+    CURRENCY_PATTERN,
+    CustomerUpserted,
+    UsageRecorded,
+    deterministic_id,
+)
 from streams.domain.money import MINOR_UNITS
 from streams.domain.periods import BillingPeriod
 
@@ -86,6 +92,7 @@ __all__ = [
     "FocusRowError",
     "FocusRowResult",
     "FocusUsage",
+    "UsageFields",
     "iter_focus_rows",
     "placeholder_email",
 ]
@@ -128,16 +135,47 @@ if TYPE_CHECKING:
     from _csv import Reader as _Reader
 
 
+class UsageFields(NamedTuple):
+    """The data of a row's ``usage.recorded``, already validated by the rules of
+    :class:`~streams.domain.events.UsageRecorded` (see :class:`_RowMapper`), in the
+    model's field order (``schema_version`` aside): what the importer encodes
+    without building the model (a test checks the names and order against the model)."""
+
+    customer_id: str
+    billing_period: str
+    amount: Decimal
+    currency: str
+    quantity: Decimal | None
+    unit: str | None
+    consumed_quantity: Decimal | None
+    consumed_unit: str | None
+    sku_id: str | None
+    description: str | None
+    region_id: str | None
+    charge_category: str | None
+    event_time: datetime
+    provider: str | None
+
+
 @dataclass(frozen=True)
 class FocusUsage:
-    """A row that mapped: its usage event, its account's customer event, and the
-    CloudEvents ``id`` / ``time`` to send the usage with (``Id``, ``ChargePeriodStart``)."""
+    """A row that mapped: its usage event's data, its account's customer event, and the
+    CloudEvents ``id`` / ``time`` to send the usage with (``Id``, ``ChargePeriodStart``).
+
+    ``fields`` is the validated data as a tuple; :attr:`usage` builds the
+    :class:`UsageRecorded` model from it on first use (validated again, so it is the
+    model the rules give; the importer's hot path never asks for it)."""
 
     line_number: int
-    usage: UsageRecorded
+    fields: UsageFields
     customer: CustomerUpserted
     event_id: str
     event_time: datetime
+
+    @functools.cached_property
+    def usage(self) -> UsageRecorded:
+        """The ``usage.recorded`` data as its model."""
+        return UsageRecorded(**self.fields._asdict())
 
     @property
     def customer_event_id(self) -> str:
@@ -216,6 +254,7 @@ def iter_focus_rows(lines: Iterable[str] | TextIO) -> Iterator[FocusRowResult]:
 
 
 def _rows(reader: _Reader, index: dict[str, int], width: int) -> Iterator[FocusRowResult]:
+    mapper = _RowMapper(index, width)
     previous_end = reader.line_num
     while True:
         start = previous_end + 1
@@ -233,7 +272,7 @@ def _rows(reader: _Reader, index: dict[str, int], width: int) -> Iterator[FocusR
             continue
         previous_end = reader.line_num
         if row:
-            yield _map_row(row, start, index, width)
+            yield mapper.map(row, start)
 
 
 def _index_header(header: list[str]) -> dict[str, int]:
@@ -253,69 +292,165 @@ def _index_header(header: list[str]) -> dict[str, int]:
     return index
 
 
-def _map_row(row: list[str], line_number: int, index: dict[str, int], width: int) -> FocusRowResult:
-    id_position = index["Id"]
-    raw = row[id_position] if id_position < len(row) else None
-    raw_id = None if raw in (None, NULL, "") else raw
-    if len(row) != width:
-        return FocusRowError(
-            line_number, f"row has {len(row)} fields, the header has {width}", raw_id
-        )
-    try:
-        event_id = _required(row, index, "Id")
-        customer_id = _required(row, index, "SubAccountId")
-        name = _value(row, index, "SubAccountName") or customer_id
-        period_start = _time(row, index, "BillingPeriodStart")
-        amount = _decimal(row, index, "BilledCost")
-        currency = _required(row, index, "BillingCurrency")
-        if currency not in MINOR_UNITS:
-            raise _RowProblem(f"BillingCurrency {currency!r} is not a currency we bill in")
-        event_time = _time(row, index, "ChargePeriodStart")
-        usage = UsageRecorded(
-            customer_id=customer_id,
-            billing_period=str(BillingPeriod.of(period_start)),
-            amount=amount,
-            currency=currency,
-            quantity=_optional_decimal(row, index, "PricingQuantity"),
-            unit=_value(row, index, "PricingUnit"),
-            consumed_quantity=_optional_decimal(row, index, "ConsumedQuantity"),
-            consumed_unit=_value(row, index, "ConsumedUnit"),
-            sku_id=_value(row, index, "SkuId"),
-            description=_value(row, index, "ChargeDescription"),
-            region_id=_value(row, index, "RegionId"),
-            charge_category=_value(row, index, "ChargeCategory"),
-            event_time=event_time,
-            provider=_value(row, index, "ProviderName"),
-        )
-        customer = CustomerUpserted(
-            customer_id=customer_id,
-            name=name,
-            email=placeholder_email(customer_id),
-            currency=currency,
-            billing_account_id=_value(row, index, "BillingAccountId"),
-        )
-    except _RowProblem as exc:
-        return FocusRowError(line_number, str(exc), raw_id)
-    except ValidationError as exc:
-        return FocusRowError(line_number, _summarise(exc), raw_id)
-    except DomainError as exc:  # InvalidPeriod from a year out of range
-        return FocusRowError(line_number, str(exc), raw_id)
-    return FocusUsage(line_number, usage, customer, event_id, event_time)
+#: Entries per memo of :class:`_RowMapper` before it starts again (bounds its memory).
+_MEMO_SIZE = 4096
+
+#: Currencies we bill in that also match the model's currency pattern (all of them).
+_WIRE_CURRENCIES = frozenset(c for c in MINOR_UNITS if re.fullmatch(CURRENCY_PATTERN, c))
 
 
-def _value(row: list[str], index: dict[str, int], column: str) -> str | None:
-    position = index.get(column)
+class _RowMapper:
+    """Maps the rows of one file (header ``index``, ``width`` columns) to results.
+
+    The same rules as written in the module docstring, row by row; what repeats
+    from row to row is computed once per distinct text and remembered (bounded
+    memos of successes only, so a bad value is reported on every row that has it):
+    the parsed date-times (charge periods are hourly, the billing period one
+    month), the billing period of a ``BillingPeriodStart``, and the
+    :class:`CustomerUpserted` of an account's (id, name, currency, billing
+    account). Column positions are looked up once per file.
+
+    The row's usage data is a :class:`UsageFields` tuple, validated by the
+    :class:`UsageRecorded` model on every row (the contract bounds of issue 10 reach
+    every text and decimal field: control characters, lengths, digits), so a row is
+    refused, with the model's own message, exactly when building the model from it
+    would fail (``tests/unit/test_focus_import_encoding.py`` checks this against the
+    models). What the import saves (issue 11) is the envelope and the encoding:
+    :class:`~streams.importers.focus_import.UsageEncoder` writes the record without a
+    second model. An earlier version validated only the first row of each customer id;
+    it let through later rows that the bounds refuse.
+    """
+
+    def __init__(self, index: dict[str, int], width: int) -> None:
+        self.width = width
+        self.id_position = index["Id"]
+        self.customer_at = index["SubAccountId"]
+        self.name_at = index["SubAccountName"]
+        self.period_start_at = index["BillingPeriodStart"]
+        self.cost_at = index["BilledCost"]
+        self.currency_at = index["BillingCurrency"]
+        self.charge_start_at = index["ChargePeriodStart"]
+        self.times: dict[str, datetime] = {}
+        self.periods: dict[datetime, str] = {}
+        self.customers: dict[tuple[str, str, str, str | None], CustomerUpserted] = {}
+        get = index.get
+        self.optional = tuple(get(column) for column in OPTIONAL_COLUMNS)
+
+    def map(self, row: list[str], line_number: int) -> FocusRowResult:
+        id_at = self.id_position
+        raw = row[id_at] if id_at < len(row) else None
+        raw_id = None if raw in (None, NULL, "") else raw
+        if len(row) != self.width:
+            return FocusRowError(
+                line_number, f"row has {len(row)} fields, the header has {self.width}", raw_id
+            )
+        try:
+            event_id = _required_at(row, id_at, "Id")
+            customer_id = _required_at(row, self.customer_at, "SubAccountId")
+            name = _text_at(row, self.name_at) or customer_id
+            period_start = self._time(row, self.period_start_at, "BillingPeriodStart")
+            amount = _parse_decimal("BilledCost", _required_at(row, self.cost_at, "BilledCost"))
+            currency = _required_at(row, self.currency_at, "BillingCurrency")
+            if currency not in MINOR_UNITS:
+                raise _RowProblem(f"BillingCurrency {currency!r} is not a currency we bill in")
+            event_time = self._time(row, self.charge_start_at, "ChargePeriodStart")
+            (
+                quantity_at,
+                unit_at,
+                consumed_at,
+                consumed_unit_at,
+                sku_at,
+                description_at,
+                region_at,
+                category_at,
+                provider_at,
+                account_at,
+            ) = self.optional
+            fields = UsageFields(
+                customer_id,
+                self._period_of(period_start),
+                amount,
+                currency,
+                _optional_decimal_at(row, quantity_at, "PricingQuantity"),
+                _text_at(row, unit_at),
+                _optional_decimal_at(row, consumed_at, "ConsumedQuantity"),
+                _text_at(row, consumed_unit_at),
+                _text_at(row, sku_at),
+                _text_at(row, description_at),
+                _text_at(row, region_at),
+                _text_at(row, category_at),
+                event_time,
+                _text_at(row, provider_at),
+            )
+            # The model's own validation (and its error, should it fail) on every row:
+            # the contract bounds (issue 10) constrain every text and decimal field, so
+            # no row can be trusted from an earlier one; see the class docstring.
+            UsageRecorded(**fields._asdict())
+            customer = self._customer(customer_id, name, currency, _text_at(row, account_at))
+        except _RowProblem as exc:
+            return FocusRowError(line_number, str(exc), raw_id)
+        except ValidationError as exc:
+            return FocusRowError(line_number, _summarise(exc), raw_id)
+        except DomainError as exc:  # InvalidPeriod from a year out of range
+            return FocusRowError(line_number, str(exc), raw_id)
+        return FocusUsage(line_number, fields, customer, event_id, event_time)
+
+    def _time(self, row: list[str], position: int, column: str) -> datetime:
+        text = _required_at(row, position, column)
+        found = self.times.get(text)
+        if found is None:
+            found = _parse_time(column, text)
+            if len(self.times) >= _MEMO_SIZE:
+                self.times.clear()
+            self.times[text] = found
+        return found
+
+    def _period_of(self, start: datetime) -> str:
+        found = self.periods.get(start)
+        if found is None:
+            found = str(BillingPeriod.of(start))
+            if len(self.periods) >= _MEMO_SIZE:
+                self.periods.clear()
+            self.periods[start] = found
+        return found
+
+    def _customer(
+        self, customer_id: str, name: str, currency: str, billing_account_id: str | None
+    ) -> CustomerUpserted:
+        key = (customer_id, name, currency, billing_account_id)
+        found = self.customers.get(key)
+        if found is None:
+            found = CustomerUpserted(
+                customer_id=customer_id,
+                name=name,
+                email=placeholder_email(customer_id),
+                currency=currency,
+                billing_account_id=billing_account_id,
+            )
+            if len(self.customers) >= _MEMO_SIZE:
+                self.customers.clear()
+            self.customers[key] = found
+        return found
+
+
+def _text_at(row: list[str], position: int | None) -> str | None:
+    """The value at ``position`` (``None``: the header lacks the column), NULL/"" → None."""
     if position is None:
         return None
     text = row[position]
-    return None if text in (NULL, "") else text
+    return None if text == NULL or not text else text
 
 
-def _required(row: list[str], index: dict[str, int], column: str) -> str:
-    text = _value(row, index, column)
-    if text is None:
-        raise _RowProblem(f"{column} is missing (value {row[index[column]]!r})")
+def _required_at(row: list[str], position: int, column: str) -> str:
+    text = row[position]
+    if text == NULL or not text:
+        raise _RowProblem(f"{column} is missing (value {text!r})")
     return text
+
+
+def _optional_decimal_at(row: list[str], position: int | None, column: str) -> Decimal | None:
+    text = _text_at(row, position)
+    return None if text is None else _parse_decimal(column, text)
 
 
 def _parse_decimal(column: str, text: str) -> Decimal:
@@ -328,17 +463,7 @@ def _parse_decimal(column: str, text: str) -> Decimal:
         raise _RowProblem(f"{column} {text!r} is not a decimal number") from None
 
 
-def _decimal(row: list[str], index: dict[str, int], column: str) -> Decimal:
-    return _parse_decimal(column, _required(row, index, column))
-
-
-def _optional_decimal(row: list[str], index: dict[str, int], column: str) -> Decimal | None:
-    text = _value(row, index, column)
-    return None if text is None else _parse_decimal(column, text)
-
-
-def _time(row: list[str], index: dict[str, int], column: str) -> datetime:
-    text = _required(row, index, column)
+def _parse_time(column: str, text: str) -> datetime:
     try:
         value = datetime.fromisoformat(text)
     except ValueError:

@@ -9,7 +9,7 @@ and its row errors live there) and produces, in file order:
 * one ``usage.recorded`` per row; id = the row's FOCUS ``Id``, CloudEvents
   ``time`` = ``ChargePeriodStart``.
 
-Each event is encoded with :func:`streams.domain.codec.encode` (CloudEvents
+Each event is encoded as :func:`streams.domain.codec.encode` would (CloudEvents
 binary content mode; record key = customer id) with source
 ``/importers/focus/<file name>``, to the account-events topic under
 ``settings.kafka.topic_prefix`` (:data:`streams.topics.ACCOUNT_EVENTS`), by the
@@ -17,6 +17,12 @@ producer the caller gives, built by :func:`streams.bootstrap.producer` (murmur2
 partitioner, idempotent, ``acks=all``). Per-customer order holds because one key goes to one partition
 and the idempotent producer keeps a partition's order across retries: a
 customer's ``customer.upserted`` precedes its usage.
+
+Hot path (issue 11): a row's ``usage.recorded`` is encoded by :class:`UsageEncoder`
+straight from the mapped row's :class:`~streams.domain.focus.UsageFields`, without a
+pydantic object per row; the bytes are those of ``encode(Envelope.wrap(...))`` (tested
+on every sample row and on unusual values). Delivery reports are served every
+1,000 records, not after each.
 
 The Kafka record timestamp is the produce time (the client's default
 ``CreateTime``), not the event time: usage of a billing period is therefore
@@ -50,6 +56,7 @@ from __future__ import annotations
 
 import csv
 import functools
+import json
 import logging
 import re
 import time
@@ -57,19 +64,22 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Annotated, Any, Protocol
 
 from confluent_kafka import KafkaError, KafkaException, Producer
+from pydantic import TypeAdapter, ValidationError
 from rich.progress import TaskProgressColumn, TimeRemainingColumn
 
 from streams.adapters.progress import progress_bar
 from streams.domain.codec import EncodedRecord, encode
 from streams.domain.errors import FocusFormatError
-from streams.domain.events import CustomerUpserted, Envelope
+from streams.domain.events import CustomerUpserted, Envelope, UsageRecorded, UtcDateTime
 from streams.domain.focus import (
     FocusRowError,
     FocusRowResult,
+    FocusUsage,
     customer_event_id,
     iter_focus_rows,
 )
@@ -80,16 +90,30 @@ from streams.topics import ACCOUNT_EVENTS
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "IMPORT_PRODUCER_OVERRIDES",
     "DeliveryFailure",
     "DeliveryTracker",
     "ImportFocusRun",
     "ImportSummary",
     "SkippedRow",
+    "UsageEncoder",
     "account_events_topic",
     "import_focus",
     "reason_kind",
     "require_topic",
 ]
+
+#: Records produced between two ``poll(0)`` calls that serve the delivery reports (a
+#: ``poll`` per record cost more than the produce itself; a full local queue is
+#: served at once, see :meth:`DeliveryTracker.produce`).
+_POLL_EVERY = 1000
+
+#: Producer settings of a bulk import on top of the project's (``producer_config``:
+#: murmur2, idempotent, acks=all, lz4): a file import is bound by throughput, not
+#: latency, so batches wait up to 100 ms (not 20) to fill, giving fewer and larger
+#: compressed requests (librdkafka's ``batch.size`` default of 1 MB and
+#: ``batch.num.messages`` 10,000 are large enough at this linger).
+IMPORT_PRODUCER_OVERRIDES: dict[str, Any] = {"linger.ms": 100}
 
 #: Seconds to wait for outstanding deliveries at the end (librdkafka gives up after
 #: ``message.timeout.ms`` = 120 s, and reports that as a delivery error).
@@ -240,6 +264,8 @@ class DeliveryTracker:
     delivered: Counter[str] = field(default_factory=Counter)
     failures: list[DeliveryFailure] = field(default_factory=list)
     pending: int = 0
+    #: Records handed to the producer so far.
+    produced: int = 0
 
     def callback(
         self, event_id: str, event_type: str, customer_id: str, line: int | None
@@ -279,7 +305,21 @@ class DeliveryTracker:
         line: int | None,
     ) -> None:
         """Produce ``record``, waiting for queue space when the local queue is full."""
-        callback = self.callback(envelope.id, envelope.type, envelope.subject, line)
+        self.produce_record(
+            producer, topic, record, (envelope.id, envelope.type, envelope.subject, line)
+        )
+
+    def produce_record(
+        self,
+        producer: Producer,
+        topic: str,
+        record: EncodedRecord,
+        ctx: tuple[str, str, str, int | None],
+    ) -> None:
+        """:meth:`produce` with the report's context ``(event_id, event_type,
+        customer_id, line)`` given directly (no envelope needed)."""
+        self.pending += 1
+        callback = functools.partial(self._report, ctx)
         headers: list[tuple[str, str | bytes | None]] = list(record.headers)
         while True:
             try:
@@ -295,9 +335,11 @@ class DeliveryTracker:
                 producer.poll(0.5)  # the local queue is full: serve delivery reports
             except KafkaException as exc:  # refused locally (e.g. too large): never sent
                 self.pending -= 1
-                self.fail(envelope.id, envelope.type, envelope.subject, line, error=str(exc))
+                self.fail(*ctx, error=str(exc))
                 return
-        producer.poll(0)
+        self.produced += 1
+        if self.produced % _POLL_EVERY == 0:
+            producer.poll(0)  # serve the delivery reports received meanwhile
 
     def flush(self, producer: Producer, timeout_s: float) -> None:
         """Wait for every outstanding report; what is still unconfirmed is a failure."""
@@ -346,6 +388,112 @@ def _progress_bar(enabled: bool, total: int | None, label: str) -> Iterator[Call
         yield lambda rows: progress.advance(task, rows)
 
 
+def _envelope_rule(name: str) -> TypeAdapter[str]:
+    """The validation rule of the envelope's string field ``name`` (its type and
+    constraints, e.g. the length of an id), taken from :class:`Envelope` itself."""
+    info = Envelope.model_fields[name]
+    return TypeAdapter(Annotated.__class_getitem__((info.annotation, *info.metadata)))  # type: ignore[attr-defined]
+
+
+_EVENT_ID = _envelope_rule("id")
+_SOURCE = _envelope_rule("source")
+#: The id length bounds of :class:`Envelope` (``Field(min_length=1, max_length=256)``).
+_ID_MIN, _ID_MAX = 1, 256
+#: JSON of a UTC date-time exactly as the models serialise it (pydantic's own serializer).
+_TIME_JSON: TypeAdapter[datetime] = TypeAdapter(UtcDateTime)
+#: A JSON string literal, UTF-8 text kept as is (as pydantic writes it; C-accelerated).
+_str: Callable[[str], str] = json.encoder.encode_basestring
+
+
+def _opt(text: str | None) -> str:
+    return "null" if text is None else _str(text)
+
+
+_USAGE_TYPE = UsageRecorded.event_type
+_USAGE_TYPE_BYTES = _USAGE_TYPE.encode()
+_SPECVERSION = Envelope.model_fields["specversion"].default.encode()
+_CONTENT_TYPE = Envelope.model_fields["datacontenttype"].default.encode()
+_MEMO_SIZE = 4096
+
+
+class UsageEncoder:
+    """Encodes mapped rows' ``usage.recorded`` records without a pydantic object per row.
+
+    ``encode(result)`` gives the record ``encode(Envelope.wrap(result.usage,
+    id=result.event_id, source=source, time=result.event_time))`` gives, byte for byte
+    (``tests/unit/test_focus_import_encoding.py``): the data was validated by the mapping
+    (:class:`streams.domain.focus.UsageFields`), the id is checked against the envelope's
+    length bounds (the envelope's own rule raises when they fail), ``source`` once here.
+    Date-times are serialised by pydantic once per distinct value (bounded memo).
+
+    Raises:
+        ValidationError: (constructor) ``source`` breaks the envelope's rule;
+            (``encode``) the row's ``Id`` breaks the envelope's rule for ids.
+    """
+
+    def __init__(self, source: str) -> None:
+        self.source = _SOURCE.validate_python(source)
+        self._source = self.source.encode()
+        self._times: dict[datetime, tuple[str, bytes]] = {}
+
+    def _time(self, value: datetime) -> tuple[str, bytes]:
+        found = self._times.get(value)
+        if found is None:
+            text = json.loads(_TIME_JSON.dump_json(value))
+            header = value.isoformat().replace("+00:00", "Z").encode()  # as codec.encode
+            found = (text, header)
+            if len(self._times) >= _MEMO_SIZE:
+                self._times.clear()
+            self._times[value] = found
+        return found
+
+    def encode(self, result: FocusUsage) -> EncodedRecord:
+        event_id = result.event_id
+        if not _ID_MIN <= len(event_id) <= _ID_MAX:
+            _EVENT_ID.validate_python(event_id)  # raises the envelope's error
+        f = result.fields
+        data_time, _ = self._time(f.event_time)
+        _, ce_time = self._time(result.event_time)
+        q = f.quantity
+        c = f.consumed_quantity
+        # The fields in the model's order (UsageFields), as model_dump_json writes them.
+        value = (
+            f'{{"schema_version":1,"customer_id":{_str(f.customer_id)}'
+            f',"billing_period":{_str(f.billing_period)}'
+            f',"amount":"{format(f.amount, "f")}"'
+            f',"currency":{_str(f.currency)}'
+            f',"quantity":{"null" if q is None else _str(format(q, "f"))}'
+            f',"unit":{_opt(f.unit)}'
+            f',"consumed_quantity":{"null" if c is None else _str(format(c, "f"))}'
+            f',"consumed_unit":{_opt(f.consumed_unit)}'
+            f',"sku_id":{_opt(f.sku_id)}'
+            f',"description":{_opt(f.description)}'
+            f',"region_id":{_opt(f.region_id)}'
+            f',"charge_category":{_opt(f.charge_category)}'
+            f',"event_time":{_str(data_time)}'
+            f',"provider":{_opt(f.provider)}}}'
+        ).encode()
+        key = f.customer_id.encode()
+        return EncodedRecord(
+            key=key,
+            value=value,
+            headers=[
+                ("ce_specversion", _SPECVERSION),
+                ("ce_id", event_id.encode()),
+                ("ce_source", self._source),
+                ("ce_type", _USAGE_TYPE_BYTES),
+                ("ce_time", ce_time),
+                ("ce_subject", key),
+                ("content-type", _CONTENT_TYPE),
+            ],
+        )
+
+
+def _id_problem(exc: ValidationError) -> str:
+    first = exc.errors()[0]
+    return f"Id {first.get('input')!r}: {first.get('msg')}"
+
+
 def import_focus(
     path: Path,
     settings: Settings,
@@ -381,6 +529,7 @@ def import_focus(
     require_topic(producer, topic)
     total = _count_rows(path) if progress else None
 
+    usage_encoder = UsageEncoder(source)
     tracker = DeliveryTracker()
     skipped: list[SkippedRow] = []
     sent_customers: dict[str, CustomerUpserted] = {}
@@ -405,18 +554,32 @@ def import_focus(
                         continue
                     customer = result.customer
                     customer_id = customer.customer_id
-                    if sent_customers.get(customer_id) != customer:
+                    sent = sent_customers.get(customer_id)
+                    if sent is not customer and sent != customer:
                         cust_event = customer_event_id(customer)
                         envelope = Envelope.wrap(customer, id=cust_event, source=source)
                         tracker.produce(
                             producer, topic, encode(envelope), envelope, result.line_number
                         )
                         sent_customers[customer_id] = customer
-                    envelope = Envelope.wrap(
-                        result.usage, id=result.event_id, source=source, time=result.event_time
+                    try:
+                        record = usage_encoder.encode(result)
+                    except ValidationError as exc:
+                        skipped.append(SkippedRow(result.line_number, _id_problem(exc), None))
+                        logger.warning(
+                            "%s line %d skipped: %s",
+                            path.name,
+                            result.line_number,
+                            skipped[-1].reason,
+                        )
+                        continue
+                    tracker.produce_record(
+                        producer,
+                        topic,
+                        record,
+                        (result.event_id, _USAGE_TYPE, customer_id, result.line_number),
                     )
-                    tracker.produce(producer, topic, encode(envelope), envelope, result.line_number)
-                    periods[result.usage.billing_period] += 1
+                    periods[result.fields.billing_period] += 1
             finally:
                 advance(rows % _PROGRESS_STEP)
                 tracker.flush(producer, flush_timeout_s)

@@ -11,6 +11,7 @@ Shapes: money ``Decimal`` in currency units, periods ``YYYY-MM``, times UTC.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -85,59 +86,89 @@ class _StoredUsage:
     source_offset: int
 
 
+#: One statement per batch (issue 11): the batch travels as one JSON array (each
+#: element: event id ``e``, payload hash ``h``, source ``t``/``p``/``o`` and the data's
+#: canonical JSON ``d``, the text the hash is made of, so it is built once per record);
+#: ``WITH ORDINALITY`` keeps the batch's order, ``DISTINCT ON`` the first occurrence of
+#: an id within the batch, ``ON CONFLICT DO NOTHING`` leaves ids stored by earlier
+#: batches alone, and ``RETURNING`` names the ids this batch stored. Values convert
+#: from their JSON text exactly (decimal strings to ``numeric``, ISO 8601 to
+#: ``timestamptz``). Neither a temporary table (the roles may not create one) nor a
+#: parameter per value (psycopg dumps arrays element by element in Python).
+_INSERT_USAGE = """
+    INSERT INTO usage_lines (event_id, customer_id, billing_period, amount, currency, quantity, unit,
+        consumed_quantity, consumed_unit, sku_id, description, region_id, charge_category, provider,
+        event_time, payload_sha256, source_topic, source_partition, source_offset)
+    SELECT DISTINCT ON (b.e)
+           b.e, d.customer_id, d.billing_period, d.amount, d.currency, d.quantity, d.unit,
+           d.consumed_quantity, d.consumed_unit, d.sku_id, d.description, d.region_id,
+           d.charge_category, d.provider, d.event_time, b.h, b.t, b.p, b.o
+      FROM ROWS FROM (json_to_recordset(%s::json)
+                      AS (e text, h text, t text, p integer, o bigint, d json))
+           WITH ORDINALITY AS b(e, h, t, p, o, d, ordinal)
+     CROSS JOIN LATERAL json_to_record(b.d) AS d(
+           customer_id text, billing_period text, amount numeric, currency text,
+           quantity numeric, unit text, consumed_quantity numeric, consumed_unit text,
+           sku_id text, description text, region_id text, charge_category text,
+           provider text, event_time timestamptz)
+     ORDER BY b.e, b.ordinal
+    ON CONFLICT (event_id) DO NOTHING
+    RETURNING event_id
+"""
+
+_json_text = json.encoder.encode_basestring_ascii
+
+
 def insert_usage(
     conn: psycopg.Connection[Any], records: Sequence[UsageRecord]
 ) -> list[UsageConflict]:
     """Store usage lines, deduplicated by event id. Returns the conflicts: event ids
     already stored with a different payload (the stored row is kept as it is).
 
-    A record whose id is stored with the same payload is a duplicate: a no-op.
+    A record whose id is stored with the same payload is a duplicate: a no-op. The
+    stored row of an id is its first occurrence: a row of an earlier batch, or else
+    the first record of this batch with that id. A record conflicts only with that
+    row; a later exact duplicate of it is a no-op even when a conflicting record came
+    between them in the batch.
+
+    One ``INSERT … SELECT FROM json_to_recordset(…)`` per batch (plus a ``SELECT`` of the rows
+    stored before, only when some id was already there), instead of one ``INSERT``
+    per record: see :data:`_INSERT_USAGE` and docs/architecture.md "Decisions".
     """
     if not records:
         return []
-    with conn.cursor() as cur:
-        cur.executemany(
-            """
-            INSERT INTO usage_lines (event_id, customer_id, billing_period, amount, currency, quantity, unit,
-                consumed_quantity, consumed_unit, sku_id, description, region_id, charge_category, provider,
-                event_time, payload_sha256, source_topic, source_partition, source_offset)
-            VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
-            ON CONFLICT (event_id) DO NOTHING
-            """,
-            [
-                (
-                    r.event_id,
-                    r.data.customer_id,
-                    r.data.billing_period,
-                    r.data.amount,
-                    r.data.currency,
-                    r.data.quantity,
-                    r.data.unit,
-                    r.data.consumed_quantity,
-                    r.data.consumed_unit,
-                    r.data.sku_id,
-                    r.data.description,
-                    r.data.region_id,
-                    r.data.charge_category,
-                    r.data.provider,
-                    r.data.event_time,
-                    r.payload_sha256,
-                    r.source.topic,
-                    r.source.partition,
-                    r.source.offset,
-                )
-                for r in records
-            ],
+    first_in_batch: dict[str, UsageRecord] = {}
+    elements: list[str] = []
+    for r in records:
+        first_in_batch.setdefault(r.event_id, r)
+        elements.append(
+            f'{{"e":{_json_text(r.event_id)},"h":"{r.payload_sha256}",'
+            f'"t":{_json_text(r.source.topic)},"p":{int(r.source.partition)},'
+            f'"o":{int(r.source.offset)},"d":{r.payload_json}}}'
         )
-    with conn.cursor(row_factory=class_row(_StoredUsage)) as cur:
-        stored = {
-            found.event_id: found
-            for found in cur.execute(
-                "SELECT event_id, payload_sha256, source_topic, source_partition, source_offset "
-                "FROM usage_lines WHERE event_id = ANY(%s)",
-                ([r.event_id for r in records],),
-            )
-        }
+    with conn.cursor(row_factory=scalar_row) as cur:
+        inserted = set(cur.execute(_INSERT_USAGE, ("[" + ",".join(elements) + "]",)).fetchall())
+    stored: dict[str, _StoredUsage] = {}
+    earlier = [event_id for event_id in first_in_batch if event_id not in inserted]
+    if earlier:
+        with conn.cursor(row_factory=class_row(_StoredUsage)) as cur:
+            stored = {
+                found.event_id: found
+                for found in cur.execute(
+                    "SELECT event_id, payload_sha256, source_topic, source_partition, "
+                    "source_offset FROM usage_lines WHERE event_id = ANY(%s)",
+                    (earlier,),
+                )
+            }
+    for event_id in inserted:
+        first = first_in_batch[event_id]
+        stored[event_id] = _StoredUsage(
+            event_id,
+            first.payload_sha256,
+            first.source.topic,
+            first.source.partition,
+            first.source.offset,
+        )
     conflicts: list[UsageConflict] = []
     # A stored hash that differs may be the hash of an older rule (decimals as written,
     # before issue 10): compare those rows by their columns, in canonical form.
@@ -146,22 +177,20 @@ def insert_usage(
     ]
     canonical = stored_payloads(conn, differing) if differing else {}
     # The stored row is the first occurrence (an earlier batch, or the first of this
-    # batch: executemany inserts in order). A record conflicts only with it; a later
+    # batch: the INSERT keeps each id's first element). A record conflicts only with it; a later
     # exact duplicate of the stored payload is a no-op even when a conflicting record
     # came between them in the batch.
     for record in records:
-        first = stored[record.event_id]
-        same = record.payload_sha256 == first.payload_sha256 or (
+        kept = stored[record.event_id]
+        same = record.payload_sha256 == kept.payload_sha256 or (
             record.event_id in canonical and canonical[record.event_id][0] == record.payload_sha256
         )
         if not same:
             conflicts.append(
                 UsageConflict(
                     record,
-                    first.payload_sha256,
-                    SourceCoordinates(
-                        first.source_topic, first.source_partition, first.source_offset
-                    ),
+                    kept.payload_sha256,
+                    SourceCoordinates(kept.source_topic, kept.source_partition, kept.source_offset),
                 )
             )
     return conflicts
