@@ -26,6 +26,32 @@ scenario also needs the stack's restart and the settling afterwards); 30 s is
 already half of ``max.poll.interval.ms`` (60 s) and 15 of the poll thread's 2 s
 database waits, so a poll thread held by the database would churn the group
 within it. ``CHAOS_OUTAGE_S=120`` runs the issue's 2 minutes.
+
+**Measured with ``CHAOS_OUTAGE_S=120``** (2026-12-01, the whole module once on the
+local stack, 2 shared cores; 5 passed in 726 s). *Down* is from the stop to the
+return of the service's restart (the restart included, hence more than 120 s);
+*settled* is :func:`~tests.chaos.harness.wait_settled`, started once the service
+is back and the scenario's follow-up is done (the connector running, and the close
+or its rerun accepted), until every invoice is issued and emailed and neither group
+has lag. Every scenario ended with 0 dead letters, 0 duplicate ``invoice.issued``
+records and one email per invoice; the two PostgreSQL scenarios (where it is
+asserted) logged no fence claim after the outage began. The broker scenario's
+close-period was refused once right after the restart (``KafkaUnavailable``) and
+accepted on the next try.
+
+====================================  ======  =========  ========  ======
+scenario                              down s  settled s  invoices  test s
+====================================  ======  =========  ========  ======
+PostgreSQL down mid-ingest            132.8   4          14        151
+PostgreSQL down mid-close             128.8   12         14        156
+broker down mid-ingest (1 refusal)    129.5   10         14        185
+Redis down during a replay            (a)     (a)        10        27
+Redis down during a close             122.1   1 (b)      14        145
+====================================  ======  =========  ========  ======
+
+(a) Redis is down only while the refused replay is tried; the scenario does not
+use ``CHAOS_OUTAGE_S``. (b) The close stopped 1.6 s in, after 7 of the 14
+customers; settled is counted from the rerun after Redis came back.
 """
 
 from __future__ import annotations
