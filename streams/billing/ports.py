@@ -448,6 +448,9 @@ class MeteringStore(Protocol[C]):
         partition: int,
         before_offset: int,
     ) -> MeteredRead: ...
+    def metered_elsewhere(
+        self, conn: C, customer_id: str, billing_period: str, topic: str, partition: int
+    ) -> MeteredRead: ...
     def subscriptions_before(
         self, conn: C, customer_id: str, topic: str, partition: int, before_offset: int
     ) -> list[SubscriptionEvent]: ...

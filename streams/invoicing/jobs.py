@@ -46,7 +46,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any
 
@@ -62,6 +63,7 @@ from streams.billing.stores import POSTGRES, Stores
 from streams.domain.errors import InvoiceRuleViolation
 from streams.domain.events import invoice_id_for
 from streams.domain.invoice import UsageLine, apply_tax
+from streams.domain.rating import MeteredEvent
 from streams.invoicing.metrics import (
     CROSS_PARTITION_USAGE,
     HOLDS,
@@ -253,6 +255,7 @@ def _run(
     # 1. read
     inputs = None
     elsewhere: list[UsageLine] = []
+    metered_elsewhere: Sequence[MeteredEvent] = ()
     with ctx.pool.connection() as conn, conn.transaction():
         existing = ctx.stores.invoices.current_invoice(conn, customer_id, period)
         holds = [] if existing else ctx.stores.holds.open_holds(conn, customer_id, period)
@@ -285,6 +288,12 @@ def _run(
                 pass_through=lines,
                 metering=ctx.stores.metering,
             )
+            metered_elsewhere = ctx.stores.metering.metered_elsewhere(
+                conn, customer_id, period, marker.source.topic, marker.source.partition
+            ).events
+            if metered_elsewhere and marker.reason == "hold_released":
+                # As for usage lines: a released hold rates every partition's events.
+                inputs = replace(inputs, metered=(*inputs.metered, *metered_elsewhere))
     if existing is not None:
         _record_close(ctx, marker, token, "already_invoiced", existing.invoice_id)
         return JobResult(
@@ -334,6 +343,24 @@ def _run(
             period,
             len(elsewhere),
             partitions,
+        )
+
+    if metered_elsewhere and marker.reason != "hold_released":
+        CROSS_PARTITION_USAGE.inc()
+        log.error(
+            "ALERT %s %s has %d metered event(s) on other partitions than its close marker's "
+            "(%s): the topic gained partitions; invoice held (docs/operations.md)",
+            customer_id,
+            period,
+            len(metered_elsewhere),
+            marker.source.partition,
+        )
+        raise CrossPartitionUsage(
+            f"{len(metered_elsewhere)} metered event(s) of {customer_id} {period} were read "
+            f"from other partitions of {marker.source.topic} than the close marker's "
+            f"({marker.source.partition}; the topic gained partitions): not invoiced from "
+            "part of the usage. Once every partition is read to its end, release this hold: "
+            "the released close includes every partition"
         )
 
     # 2. rate and price: refuse bad data now, while no tax document is committed for this key

@@ -27,7 +27,14 @@ BOOK = Path(__file__).resolve().parents[2] / "examples" / "pricing" / "price-boo
 
 
 def metered(
-    customer: str, event_id: str, offset: int, *, topic: str, calls: str = "1", day: int = 2
+    customer: str,
+    event_id: str,
+    offset: int,
+    *,
+    topic: str,
+    calls: str = "1",
+    day: int = 2,
+    partition: int = 1,
 ) -> MeteredRecord:
     return MeteredRecord(
         event_id,
@@ -38,7 +45,7 @@ def metered(
             properties={"region": "eu"},
             values={"calls": Decimal(calls)},
         ),
-        SourceCoordinates(topic, 1, offset),
+        SourceCoordinates(topic, partition, offset),
     )
 
 
@@ -100,14 +107,19 @@ class MeteringStoreContract:
                     metered(customer, unique("m"), 20, topic=topic),  # after the marker
                     metered(other, unique("m"), 6, topic=topic),
                     metered(customer, unique("m"), 7, topic=unique("t")),
+                    metered(customer, unique("m"), 3, topic=topic, calls="7", partition=4),
                 ],
             )
             read = m.metered_before(conn, customer, PERIOD, topic, 1, 20)
             none = m.metered_before(conn, customer, "2026-02", topic, 1, 20)
+            elsewhere = m.metered_elsewhere(conn, customer, PERIOD, topic, 1)
+            not_elsewhere = m.metered_elsewhere(conn, customer, PERIOD, topic, 4)
         assert sorted(e.values["calls"] for e in read.events) == [Decimal(2), Decimal(3)]
         assert (read.first_offset, read.last_offset) == (5, 9)
         assert read.events[0].properties == {"region": "eu"}
         assert (none.events, none.first_offset, none.last_offset) == ([], None, None)
+        assert [e.values["calls"] for e in elsewhere.events] == [Decimal(7)]
+        assert len(not_elsewhere.events) == 3  # partition 1's, every offset
 
     def test_subscriptions_before_in_partition_order_with_conflicts(
         self, harness: StoreHarness

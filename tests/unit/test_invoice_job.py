@@ -282,3 +282,50 @@ def test_fenced(job: Job) -> None:
     # an unclaimed token is refused the same way, also for the close record alone
     stranger = FencingToken("invoicing", TOPIC, PARTITION + 1, 9, "member-c")
     assert job.run(token=stranger).outcome is Outcome.FENCED
+
+
+def _metered_on_another_partition(job: Job) -> None:
+    from streams.adapters.memory.store import metering
+    from streams.billing.rows import MeteredRecord
+    from streams.domain.events import UsageMetered
+
+    record = MeteredRecord(
+        "m-1",
+        UsageMetered(
+            customer_id=job.customer,
+            metric="api_calls",
+            event_time=datetime(2026, 1, 3, tzinfo=UTC),
+            values={"calls": Decimal(500)},
+        ),
+        SourceCoordinates(TOPIC, PARTITION - 2, 40),  # read before the topic gained partitions
+    )
+    with job.db.connection() as conn:
+        metering.insert_metered(conn, [record])
+
+
+def test_metered_usage_on_another_partition_is_refused_not_left_out(job: Job) -> None:
+    """Issue 10, defect 4, for metered usage: the close marker's partition has the
+    pass-through lines, another partition a metered event; the invoice is refused
+    (the worker holds it), never issued from the pass-through lines alone."""
+    job.add_customer()
+    job.add_usage("10.00")
+    _metered_on_another_partition(job)
+    result = job.run()
+    assert result.outcome is not Outcome.INVOICED
+    assert job.invoices() == []
+    assert "metered event(s)" in result.detail and "other partitions" in result.detail
+
+
+def test_a_released_hold_rates_the_metered_usage_of_every_partition(job: Job) -> None:
+    """After the operator's release, the other partition's metered event is the
+    customer's: here it has no subscription, so rating holds the invoice (never a
+    pass-through-only invoice that leaves the event out)."""
+    job.add_customer()
+    job.add_usage("10.00")
+    _metered_on_another_partition(job)
+    released = CloseMarker(
+        "close-2", job.customer, PERIOD, "hold_released", SourceCoordinates(TOPIC, PARTITION, 11)
+    )
+    result = job.run(released)
+    assert result.outcome is Outcome.HELD, result.detail
+    assert job.invoices() == []

@@ -55,6 +55,7 @@ __all__ = [
     "late_metered",
     "metered_before",
     "metered_below",
+    "metered_elsewhere",
     "stored_metered_ids",
     "subscription_history",
     "subscriptions_before",
@@ -237,6 +238,35 @@ def metered_before(
                AND source_topic = %s AND source_partition = %s AND source_offset < %s
             """,
             (customer_id, billing_period, topic, partition, before_offset),
+        ).fetchall()
+    offsets = [offset for _, offset in found]
+    return MeteredRead(
+        [event for event, _ in found],
+        min(offsets) if offsets else None,
+        max(offsets) if offsets else None,
+    )
+
+
+def metered_elsewhere(
+    conn: psycopg.Connection[Any],
+    customer_id: str,
+    billing_period: str,
+    topic: str,
+    partition: int,
+) -> MeteredRead:
+    """The customer's metered events of the period read from ``topic`` on any partition
+    but ``partition`` (offsets of those partitions in ``first_offset``/``last_offset``
+    mean nothing together: only whether there are events). Non-empty only after the
+    topic gained partitions and moved the customer (DESIGN §5; docs/operations.md)."""
+    with conn.cursor(row_factory=args_row(_metered)) as cur:
+        found = cur.execute(
+            """
+            SELECT event_id, metric, event_time, properties::text, decimals::text, source_offset
+              FROM metered_usage
+             WHERE customer_id = %s AND billing_period = %s
+               AND source_topic = %s AND source_partition <> %s
+            """,
+            (customer_id, billing_period, topic, partition),
         ).fetchall()
     offsets = [offset for _, offset in found]
     return MeteredRead(

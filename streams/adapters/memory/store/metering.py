@@ -29,7 +29,13 @@ from streams.billing.store.metering import MeteredRead
 from streams.domain.events import SubscriptionEvent
 from streams.domain.rating import MeteredEvent
 
-__all__ = ["insert_metered", "insert_subscriptions", "metered_before", "subscriptions_before"]
+__all__ = [
+    "insert_metered",
+    "insert_subscriptions",
+    "metered_before",
+    "metered_elsewhere",
+    "subscriptions_before",
+]
 
 
 def _insert(
@@ -74,6 +80,41 @@ def _before(source: SourceCoordinates, topic: str, partition: int, before_offset
     return source.topic == topic and source.partition == partition and source.offset < before_offset
 
 
+def _read(found: list[MeteredRecord]) -> MeteredRead:
+    offsets = [r.source.offset for r in found]
+    return MeteredRead(
+        [
+            MeteredEvent(
+                r.event_id,
+                r.data.metric,
+                r.data.event_time,
+                dict(r.data.properties),
+                dict(r.data.values),
+            )
+            for r in found
+        ],
+        min(offsets) if offsets else None,
+        max(offsets) if offsets else None,
+    )
+
+
+def metered_elsewhere(
+    conn: MemoryConnection, customer_id: str, billing_period: str, topic: str, partition: int
+) -> MeteredRead:
+    """The customer's metered events of the period read from ``topic`` on any other
+    partition (see :func:`streams.billing.store.metering.metered_elsewhere`)."""
+    with conn.statement("metering.metered_elsewhere") as stmt:
+        found: list[MeteredRecord] = [
+            r
+            for r in stmt.table(METERED_USAGE).values()
+            if r.data.customer_id == customer_id
+            and r.billing_period == billing_period
+            and r.source.topic == topic
+            and r.source.partition != partition
+        ]
+    return _read(found)
+
+
 def metered_before(
     conn: MemoryConnection,
     customer_id: str,
@@ -92,21 +133,7 @@ def metered_before(
             and r.billing_period == billing_period
             and _before(r.source, topic, partition, before_offset)
         ]
-    offsets = [r.source.offset for r in found]
-    return MeteredRead(
-        [
-            MeteredEvent(
-                r.event_id,
-                r.data.metric,
-                r.data.event_time,
-                dict(r.data.properties),
-                dict(r.data.values),
-            )
-            for r in found
-        ],
-        min(offsets) if offsets else None,
-        max(offsets) if offsets else None,
-    )
+    return _read(found)
 
 
 def subscriptions_before(
