@@ -29,10 +29,14 @@ from streams.importers.close_period import DEFAULT_SCAN_MARGIN, CloseSummary, cl
 from streams.importers.focus_import import FLUSH_TIMEOUT_S, ImportSummary, import_focus
 from streams.ops.status import StatusSources
 from streams.settings import Settings
+from streams.topics import ACCOUNT_EVENTS
 
 if TYPE_CHECKING:  # imported when called: the demo and the drill pull in the fake services
     from streams.demo.run import DemoClients
     from streams.drill.run import DrillClients
+    from streams.ingest.keys import ApiKeyFile
+    from streams.usage_view.app import ViewConfig
+    from streams.usage_view.price_book import PriceBookSource
 
 
 def postgres_pool(settings: Settings, *, name: str = "invoicing", **kwargs: Any) -> ConnectionPool:
@@ -243,3 +247,104 @@ def demo_clients() -> DemoClients:
     return DemoClients(
         import_focus=run_import_focus, close_period=run_close_period, database=connection
     )
+
+
+# ================================================================================================
+# The usage view and the HTTP ingest edge (issue 13): their faust app, price book source,
+# producer, Redis idempotency store and API keys, built from settings. Only
+# streams.entrypoints.usage (and tests) call these.
+# ================================================================================================
+
+
+def view_price_books(settings: Settings, price_book: Path | None = None) -> PriceBookSource:
+    """The view's price book source: ``price_book`` (or ``settings.view.price_book``), a
+    file reloaded when it changes; neither: the empty book (pass-through customers only).
+
+    Raises:
+        PriceBookError: the file does not validate.
+        OSError: the file cannot be read.
+    """
+    from streams.usage_view.price_book import FilePriceBook, StaticPriceBook
+
+    path = price_book or settings.view.price_book
+    return FilePriceBook(path) if path is not None else StaticPriceBook()
+
+
+def view_config(settings: Settings, *, port: int | None = None) -> ViewConfig:
+    """One view instance's :class:`~streams.usage_view.app.ViewConfig` from settings:
+    the group and topic (under ``kafka.topic_prefix``), ``port`` (default
+    ``settings.view.port``), its own data folder per port."""
+    from streams.usage_view.app import ViewConfig
+
+    view = settings.view
+    web_port = port if port is not None else view.port
+    base = view.data_dir or settings.stack.local_dir / "data" / "usage-view"
+    source = ACCOUNT_EVENTS.with_prefix(settings.kafka.topic_prefix)
+    return ViewConfig(
+        app_id=view.group,
+        brokers=settings.kafka.bootstrap_servers,
+        source_topic=source.name,
+        partitions=source.partitions,
+        host=view.host,
+        port=web_port,
+        store=f"{view.store}://",
+        datadir=base / f"{view.group}-{web_port}",
+        standby_replicas=view.standby_replicas,
+        retain_closed=timedelta(days=view.retain_closed_days),
+        retain_open=timedelta(days=view.retain_open_days),
+        cleanup_interval_s=view.cleanup_interval_s,
+    )
+
+
+def run_usage_view(
+    settings: Settings, *, port: int | None = None, price_book: Path | None = None, loglevel: str = "INFO"
+) -> None:
+    """Build and run one usage view instance until SIGTERM/SIGINT. Same errors as
+    :func:`view_price_books`."""
+    from streams.usage_view.app import create_app, run_view
+
+    books = view_price_books(settings, price_book)
+    app = create_app(view_config(settings, port=port), books)
+    run_view(app, loglevel=loglevel)
+
+
+def api_keys_path(settings: Settings) -> Path:
+    """The file of hashed API keys (``settings.ingest.api_keys_file``, default under ``.local/data``)."""
+    return settings.ingest.api_keys_file or settings.stack.local_dir / "data" / "api-keys.json"
+
+
+def api_key_store(settings: Settings) -> ApiKeyFile:
+    """The hashed API keys the edge checks and ``invoicing api-keys`` writes."""
+    from streams.ingest.keys import ApiKeyFile
+
+    return ApiKeyFile(api_keys_path(settings))
+
+
+def run_ingest_edge(settings: Settings, *, port: int | None = None) -> None:
+    """Build the edge's clients (producer, Redis, API keys) and serve until SIGTERM/SIGINT."""
+    from streams.ingest.idempotency import RedisIdempotency
+    from streams.ingest.server import EdgeConfig, serve
+
+    ingest = settings.ingest
+    config = EdgeConfig(
+        host=ingest.host,
+        port=port if port is not None else ingest.port,
+        topic=ACCOUNT_EVENTS.with_prefix(settings.kafka.topic_prefix).name,
+        max_body_bytes=ingest.max_body_bytes,
+        max_batch_events=ingest.max_batch_events,
+        delivery_timeout_s=ingest.delivery_timeout_s,
+    )
+    with contextlib.closing(redis_client(settings)) as redis_conn:
+        serve(
+            config,
+            producer=producer(settings, **{"linger.ms": 5}),
+            keys=api_key_store(settings),
+            idempotency=RedisIdempotency(
+                redis_conn, ttl_s=ingest.idempotency_ttl_s, prefix=f"ingest:{settings.kafka.topic_prefix}"
+            ),
+        )
+
+
+def usage_client(settings: Settings, *, url: str | None = None, timeout_s: float = 10.0) -> httpx.Client:
+    """An HTTP client based at a view instance (``url`` or ``settings.view.url``)."""
+    return httpx.Client(base_url=url or settings.view.url, timeout=timeout_s)
