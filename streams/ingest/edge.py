@@ -1,0 +1,175 @@
+"""Validation at the ingest edge: a request body → records for the topic, or per-event errors (pure).
+
+Input: CloudEvents 1.0.2 in **structured** JSON mode (JSON event format §3):
+``application/cloudevents+json`` (one event, an object) or
+``application/cloudevents-batch+json`` (a JSON array of events, §4). Output: the
+same event in the topic's **binary** mode (:func:`streams.domain.codec.encode`),
+checked once more by the topic's decoder (:func:`streams.domain.codec.decode`
+with the topic's event types), so the edge accepts exactly what the consumers
+accept, by the same code.
+
+Rules:
+
+* attributes: ``specversion`` "1.0", ``id``, ``source``, ``type`` required;
+  ``subject`` (the customer id) optional — it defaults to ``data.customer_id``
+  and must equal it; ``time`` optional (default: the time of receipt; a time
+  without a zone is refused); ``datacontenttype`` ``application/json`` if given;
+  no extension attributes (the topic has none) — 400 for any of these;
+* ``type`` one of the topic's types **except** ``billing_period.closed`` (closing
+  a period is the close-period command's, under its lease) — 403;
+* ``data`` validated by the type's model (``streams/domain/events.py``) — 422.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from streams.domain.codec import EncodedRecord, decode, encode
+from streams.domain.errors import InvalidEvent
+from streams.domain.events import EVENT_TYPES, Envelope, event_models
+from streams.topics import ACCOUNT_EVENTS
+from streams.usage_view.models import CloudEventIn
+from streams.usage_view.state import digest
+
+SINGLE = "application/cloudevents+json"
+BATCH = "application/cloudevents-batch+json"
+
+#: Types the edge takes: the account events topic's, less the close marker.
+ACCEPTED_TYPES = tuple(t for t in ACCOUNT_EVENTS.event_types if t != "billing_period.closed")
+_TOPIC_MODELS = event_models(ACCOUNT_EVENTS.event_types)
+
+
+class BodyError(Exception):
+    """The request body as a whole is unusable: ``status`` and ``title`` for the problem."""
+
+    def __init__(self, status: int, title: str, detail: str) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.title = title
+        self.detail = detail
+
+
+@dataclass(frozen=True)
+class Valid:
+    """An event ready to produce: its id, content digest and record."""
+
+    index: int
+    event_id: str
+    digest: str
+    record: EncodedRecord
+
+
+@dataclass(frozen=True)
+class Invalid:
+    """An event refused before the topic: ``status`` (400, 403, 422), title and detail."""
+
+    index: int
+    event_id: str | None
+    status: int
+    title: str
+    detail: str
+
+
+def media_type(content_type: str | None) -> str:
+    return (content_type or "").split(";")[0].strip().lower()
+
+
+def parse_body(body: bytes, content_type: str | None, *, max_events: int) -> tuple[list[Any], bool]:
+    """The events of a request body, and whether it was a batch.
+
+    Raises:
+        BodyError: 415 another media type; 400 not UTF-8 JSON, or not an object
+            (single) / an array (batch); 400 an empty batch; 413 more than
+            ``max_events`` events.
+    """
+    kind = media_type(content_type)
+    if kind not in (SINGLE, BATCH):
+        raise BodyError(
+            415,
+            "Unsupported media type",
+            f"send {SINGLE} (one event) or {BATCH} (a JSON array of events), not {kind or 'nothing'}",
+        )
+    try:
+        parsed = json.loads(body.decode("utf-8"), parse_float=_no_float, parse_constant=_no_constant)
+    except (UnicodeDecodeError, json.JSONDecodeError, ValueError) as exc:
+        raise BodyError(400, "Malformed body", f"not UTF-8 JSON: {exc}") from None
+    if kind == SINGLE:
+        if not isinstance(parsed, dict):
+            raise BodyError(400, "Malformed body", f"{SINGLE} is one JSON object")
+        return [parsed], False
+    if not isinstance(parsed, list):
+        raise BodyError(400, "Malformed body", f"{BATCH} is a JSON array of events")
+    if not parsed:
+        raise BodyError(400, "Empty batch", "the batch holds no event")
+    if len(parsed) > max_events:
+        raise BodyError(413, "Batch too large", f"{len(parsed)} events, at most {max_events} per request")
+    return parsed, True
+
+
+def _no_float(text: str) -> Any:
+    # Money and property values are decimal strings; a JSON number with a fraction
+    # would be a float in most consumers: refused, with where.
+    raise ValueError(f"JSON number {text} with a fraction or exponent: send decimals as strings")
+
+
+def _no_constant(text: str) -> Any:
+    raise ValueError(f"{text} is not JSON")
+
+
+def validate(index: int, item: Any, *, received_at: datetime) -> Valid | Invalid:
+    """One structured-mode event → a :class:`Valid` record or an :class:`Invalid` reason."""
+    event_id = item.get("id") if isinstance(item, dict) and isinstance(item.get("id"), str) else None
+    if not isinstance(item, dict):
+        return Invalid(index, None, 400, "Malformed event", "an event is a JSON object")
+    try:
+        event = CloudEventIn.model_validate(item)
+    except ValidationError as exc:
+        return Invalid(index, event_id, 400, "Invalid CloudEvent", _summary(exc))
+    if event.type not in EVENT_TYPES or EVENT_TYPES[event.type] not in _TOPIC_MODELS:
+        return Invalid(index, event.id, 400, "Unknown event type", f"{event.type!r} is not an account event type ({', '.join(ACCEPTED_TYPES)})")
+    if event.type not in ACCEPTED_TYPES:
+        return Invalid(
+            index,
+            event.id,
+            403,
+            "Event type not accepted here",
+            f"{event.type} is sent by `invoicing close-period` (under its lease), not through the edge",
+        )
+    model = EVENT_TYPES[event.type]
+    try:
+        data = model.model_validate(event.data)
+    except ValidationError as exc:
+        return Invalid(index, event.id, 422, f"Invalid {event.type} data", _summary(exc))
+    customer_id = str(getattr(data, "customer_id"))  # noqa: B009 - every account event names its customer
+    if event.subject is not None and event.subject != customer_id:
+        return Invalid(
+            index, event.id, 422, "Subject mismatch", f"subject {event.subject!r} differs from data.customer_id {customer_id!r}"
+        )
+    try:
+        time = (
+            datetime.fromisoformat(event.time.replace("Z", "+00:00"))
+            if event.time is not None
+            else received_at.astimezone(UTC)
+        )
+        envelope = Envelope(id=event.id, source=event.source, type=event.type, time=time, subject=customer_id, data=data)
+    except (ValidationError, ValueError) as exc:
+        return Invalid(index, event.id, 400, "Invalid CloudEvent", f"time: {exc}")
+    record = encode(envelope)
+    try:  # the topic's own decoder: what the consumers will accept
+        decode(record.key, record.value, record.headers, allowed=_TOPIC_MODELS)
+    except InvalidEvent as exc:
+        return Invalid(index, event.id, 422, "Refused by the topic's contract", str(exc))
+    return Valid(index, event.id, digest(envelope), record)
+
+
+def _summary(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors()[:8]:
+        loc = ".".join(str(p) for p in err.get("loc", ())) or "(root)"
+        parts.append(f"{loc}: {err.get('msg')}")
+    return "; ".join(parts)
