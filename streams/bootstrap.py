@@ -21,7 +21,7 @@ from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool
 
 from streams.adapters.connect import connector_status
-from streams.adapters.kafka import make_consumer, make_producer, make_reader
+from streams.adapters.kafka import ensure_topics, make_consumer, make_producer, make_reader
 from streams.adapters.lease import DEFAULT_KEY_PREFIX
 from streams.adapters.tax.cache import RedisTaxCache
 from streams.adapters.tax.client import HttpTaxService
@@ -301,10 +301,12 @@ def run_usage_view(
 ) -> None:
     """Build and run one usage view instance until SIGTERM/SIGINT. Same errors as
     :func:`view_price_books`."""
-    from streams.usage_view.app import create_app, run_view
+    from streams.usage_view.app import changelog_topics, create_app, run_view
 
     books = view_price_books(settings, price_book)
-    app = create_app(view_config(settings, port=port), books)
+    config = view_config(settings, port=port)
+    ensure_topics(settings.kafka, changelog_topics(config))
+    app = create_app(config, books)
     run_view(app, loglevel=loglevel)
 
 

@@ -55,7 +55,7 @@ from streams.domain.errors import DomainError, InvalidEvent
 from streams.domain.events import CustomerId, event_models
 from streams.domain.periods import BillingPeriod
 from streams.domain.rating import RatingError
-from streams.topics import ACCOUNT_EVENTS
+from streams.topics import ACCOUNT_EVENTS, TopicSpec
 from streams.usage_view import metrics, state
 from streams.usage_view.models import Problem
 from streams.usage_view.preview import preview
@@ -231,7 +231,17 @@ def create_app(config: ViewConfig, price_books: PriceBookSource) -> faust.App:
     async def account_events(stream: Any) -> None:
         async for event in stream.events():
             message = event.message
-            handle(message.key, message.value, message.headers, message.partition, message.offset)
+            try:
+                handle(message.key, message.value, message.headers, message.partition, message.offset)
+            except Exception as exc:
+                # A bug, not bad input (bad input is refused above): stop the instance
+                # loudly rather than skip the record; its partitions move to another
+                # instance, which retries from the last committed offset.
+                log.critical(
+                    "usage view: crashed on %s[%d]@%d", message.topic, message.partition, message.offset, exc_info=True
+                )
+                await app.crash(exc)
+                raise
             next_offsets[message.partition] = message.offset + 1
             metrics.VIEW_LAST_APPLIED.labels(str(message.partition)).set(time.time())
 
@@ -332,6 +342,27 @@ def create_app(config: ViewConfig, price_books: PriceBookSource) -> faust.App:
 
     _ = account_events, report_lag, retention
     return app
+
+
+TABLES = ("customers", "periods", "event_ids")
+
+
+def changelog_topics(config: ViewConfig) -> tuple[TopicSpec, ...]:
+    """The tables' changelog topics as faust names them (``<app id>-<table>-changelog``),
+    compacted, with the source topic's partition count. Created before the app starts
+    (:func:`streams.bootstrap.run_usage_view`): a topic that faust creates itself can
+    still show 0 partitions in its consumer's metadata when the first record is
+    handled, and faust then refuses the write (``PartitionsMismatch``)."""
+    return tuple(
+        TopicSpec(
+            name=f"{config.app_id}-{name}-changelog",
+            partitions=config.partitions,
+            key=name,
+            description=f"changelog of the usage view's {name} table",
+            cleanup_policy="compact",
+        )
+        for name in TABLES
+    )
 
 
 def tables_of(app: faust.App) -> tuple[Any, Any, Any]:
