@@ -165,7 +165,10 @@ def create_app(config: ViewConfig, price_books: PriceBookSource) -> faust.App:
         return app.Table(
             name,
             default=None,
-            schema=faust.Schema(key_type=str, key_serializer="raw", value_serializer="json"),
+            # key_type=bytes: faust derives the changelog key serializer from the key type
+            # ("raw" for bytes, else JSON): the key must be the raw customer id bytes for
+            # routing to hash what our producers hash
+            key_type=bytes,
             partitions=config.partitions,
             help=help_text,
         )
@@ -181,7 +184,7 @@ def create_app(config: ViewConfig, price_books: PriceBookSource) -> faust.App:
         except InvalidEvent as exc:
             customer_id = usable_customer_id(key)
             change = state.refused(
-                customers.get(customer_id) if customer_id else None, customer_id, partition, str(exc)
+                customers.get(customer_id.encode()) if customer_id else None, customer_id, partition, str(exc)
             )
             log.warning(
                 "usage view: refused record %s[%d]@%d (key %r): %s",
@@ -192,7 +195,7 @@ def create_app(config: ViewConfig, price_books: PriceBookSource) -> faust.App:
                 exc,
             )
             if change.customer is not None and customer_id is not None:
-                customers[customer_id] = change.customer
+                customers[customer_id.encode()] = change.customer
             metrics.VIEW_RECORDS.labels("unknown", change.outcome.value).inc()
             return
         book, _ = price_books.current()
@@ -203,9 +206,9 @@ def create_app(config: ViewConfig, price_books: PriceBookSource) -> faust.App:
                 envelope,
                 partition=partition,
                 offset=offset,
-                customer=customers.get(envelope.subject),
-                period=periods.get(key_of_period) if key_of_period else None,
-                seen=event_ids.get(envelope.id),
+                customer=customers.get(envelope.subject.encode()),
+                period=periods.get(key_of_period.encode()) if key_of_period else None,
+                seen=event_ids.get(envelope.id.encode()),
                 book=book,
                 now=datetime.now(UTC),
             )
@@ -213,16 +216,16 @@ def create_app(config: ViewConfig, price_books: PriceBookSource) -> faust.App:
             # Valid by the contract, but not aggregatable (e.g. the stored usage is of
             # another shape): counted and noted like an unreadable record.
             change = state.refused(
-                customers.get(envelope.subject), envelope.subject, partition, f"{type(exc).__name__}: {exc}"
+                customers.get(envelope.subject.encode()), envelope.subject, partition, f"{type(exc).__name__}: {exc}"
             )
             log.error("usage view: record %s[%d]@%d not applied: %s", config.source_topic, partition, offset, exc)
         # periods and event ids first, the customer last (any order is safe: see state)
         if change.period is not None and change.period_key is not None:
-            periods[change.period_key] = change.period
+            periods[change.period_key.encode()] = change.period
         if change.event_id_value is not None and change.event_id is not None:
-            event_ids[change.event_id] = change.event_id_value
+            event_ids[change.event_id.encode()] = change.event_id_value
         if change.customer is not None:
-            customers[envelope.subject] = change.customer
+            customers[envelope.subject.encode()] = change.customer
         if change.outcome is state.Outcome.CONFLICT:
             log.warning("usage view: %s", change.detail)
         metrics.VIEW_RECORDS.labels(envelope.type, change.outcome.value).inc()
@@ -300,7 +303,7 @@ def create_app(config: ViewConfig, price_books: PriceBookSource) -> faust.App:
 
         @app.table_route(table=customers, match_info="customer_id")
         async def owned(self, request: Request, *, customer_id: str, period: BillingPeriod) -> Response:
-            customer = customers.get(customer_id)
+            customer = customers.get(customer_id.encode())
             if customer is None:
                 metrics.VIEW_REQUESTS.labels("404", "local").inc()
                 return problem(
@@ -313,7 +316,7 @@ def create_app(config: ViewConfig, price_books: PriceBookSource) -> faust.App:
             try:
                 answer = preview(
                     customer,
-                    periods.get(state.period_key(customer_id, str(period))),
+                    periods.get(state.period_key(customer_id, str(period)).encode()),
                     period,
                     book=book,
                     book_label=label,
@@ -384,34 +387,41 @@ def expire(app: faust.App, config: ViewConfig, customers: Any, periods: Any, eve
     """
     now = datetime.now(UTC)
     owned = {tp.partition for tp in app.assignor.assigned_actives() if tp.topic == config.source_topic}
-    gone: dict[str, tuple[int, str, str]] = {}
+    gone: dict[bytes, tuple[int, str, str]] = {}
     for key, value in list(periods.items()):
         if value is None or int(value.get("partition", -1)) not in owned:
             continue
         if state.expired(value, now=now, retain_closed=config.retain_closed, retain_open=config.retain_open):
-            customer_id, period = state.split_period_key(key)
+            customer_id, period = state.split_period_key(key.decode())
             gone[key] = (int(value["partition"]), customer_id, period)
     dropped_ids = 0
     if gone:
         periods_gone = {(customer_id, period) for _, customer_id, period in gone.values()}
+        partition_periods = {(partition, period) for partition, _, period in gone.values()}
         by_customer: dict[str, set[str]] = {}
         for key, (partition, customer_id, period) in gone.items():
             _delete(periods, key, partition)
             by_customer.setdefault(customer_id, set()).add(period)
+        # An id's value holds its period and partition, not its customer: an id is
+        # dropped when a dropped period shares both (a customer of the same partition
+        # whose same period is still open keeps ids it may see again, a bound, not a leak:
+        # its own period drops them later).
+        open_on_partition = {
+            (int(v["partition"]), str(v["period"])) for k, v in periods.items() if v is not None and k not in gone
+        }
         for event_id, value in list(event_ids.items()):
-            if value is None or int(value[2]) not in owned:
+            if value is None:
                 continue
-            # an id's customer is not stored: match on (partition, period) of a dropped period
-            if any(value[1] == period and int(value[2]) == partition for partition, _, period in gone.values()):
-                _delete(event_ids, event_id, int(value[2]))
+            where = (int(value[2]), str(value[1]))
+            if where[0] in owned and where in partition_periods and where not in open_on_partition:
+                _delete(event_ids, event_id, where[0])
                 dropped_ids += 1
-        for customer_id, dropped in by_customer.items():
-            customer = customers.get(customer_id)
+        for customer_id, _dropped in by_customer.items():
+            customer = customers.get(customer_id.encode())
             if customer is None:
                 continue
             kept = [p for p in customer["periods"] if (customer_id, p) not in periods_gone]
-            updated = {**customer, "periods": kept}
-            _put(customers, customer_id, updated, int(customer["partition"]))
+            _put(customers, customer_id.encode(), {**customer, "periods": kept}, int(customer["partition"]))
         metrics.VIEW_EXPIRED.labels("periods").inc(len(gone))
         metrics.VIEW_EXPIRED.labels("event_ids").inc(dropped_ids)
         log.info("usage view retention: dropped %d period(s), %d event id(s)", len(gone), dropped_ids)
@@ -420,7 +430,7 @@ def expire(app: faust.App, config: ViewConfig, customers: Any, periods: Any, eve
     return {"periods": len(gone), "event_ids": dropped_ids}
 
 
-def _delete(table: Any, key: str, partition: int) -> None:
+def _delete(table: Any, key: bytes, partition: int) -> None:
     table.send_changelog(partition, key, None, value_serializer="raw")
     try:
         del table.data[key]
@@ -428,7 +438,7 @@ def _delete(table: Any, key: str, partition: int) -> None:
         pass
 
 
-def _put(table: Any, key: str, value: Any, partition: int) -> None:
+def _put(table: Any, key: bytes, value: Any, partition: int) -> None:
     table.send_changelog(partition, key, value)
     table.data[key] = value
 
