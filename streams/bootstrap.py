@@ -297,7 +297,11 @@ def view_config(settings: Settings, *, port: int | None = None) -> ViewConfig:
 
 
 def run_usage_view(
-    settings: Settings, *, port: int | None = None, price_book: Path | None = None, loglevel: str = "INFO"
+    settings: Settings,
+    *,
+    port: int | None = None,
+    price_book: Path | None = None,
+    loglevel: str = "INFO",
 ) -> None:
     """Build and run one usage view instance until SIGTERM/SIGINT. Same errors as
     :func:`view_price_books`."""
@@ -342,11 +346,15 @@ def run_ingest_edge(settings: Settings, *, port: int | None = None) -> None:
             producer=producer(settings, **{"linger.ms": 5}),
             keys=api_key_store(settings),
             idempotency=RedisIdempotency(
-                redis_conn, ttl_s=ingest.idempotency_ttl_s, prefix=f"ingest:{settings.kafka.topic_prefix}"
+                redis_conn,
+                ttl_s=ingest.idempotency_ttl_s,
+                prefix=f"ingest:{settings.kafka.topic_prefix}",
             ),
         )
 
 
-def usage_client(settings: Settings, *, url: str | None = None, timeout_s: float = 10.0) -> httpx.Client:
+def usage_client(
+    settings: Settings, *, url: str | None = None, timeout_s: float = 10.0
+) -> httpx.Client:
     """An HTTP client based at a view instance (``url`` or ``settings.view.url``)."""
     return httpx.Client(base_url=url or settings.view.url, timeout=timeout_s)

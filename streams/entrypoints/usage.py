@@ -23,19 +23,20 @@ api_keys_app = typer.Typer(
 
 PortOption = typer.Option(None, "--port", help="Web port of this instance (default: settings).")
 LogLevelOption = typer.Option("INFO", "--log-level", help="DEBUG, INFO, WARNING, ERROR.")
+PriceBookOption = typer.Option(
+    None,
+    "--price-book",
+    help="Price book YAML to rate under, reloaded when it changes "
+    "(default: INVOICING_VIEW__PRICE_BOOK; none: the empty book).",
+    exists=True,
+    dir_okay=False,
+)
 
 
 def usage_view_worker(
     ctx: typer.Context,
     port: int | None = PortOption,
-    price_book: Path | None = typer.Option(
-        None,
-        "--price-book",
-        help="Price book YAML to rate under, reloaded when it changes "
-        "(default: INVOICING_VIEW__PRICE_BOOK; none: the empty book).",
-        exists=True,
-        dir_okay=False,
-    ),
+    price_book: Path | None = PriceBookOption,
     log_level: str = LogLevelOption,
 ) -> None:
     """Usage to date and the upcoming invoice per customer: a faust-streaming app (group
@@ -66,8 +67,12 @@ def ingest_worker(
 def usage_command(
     ctx: typer.Context,
     customer: str = typer.Argument(..., help="Customer id (as in the events; '/' allowed)."),
-    period: str | None = typer.Option(None, "--period", help="YYYY-MM (default: the current month)."),
-    url: str | None = typer.Option(None, "--url", help="A view instance (default: settings.view.url)."),
+    period: str | None = typer.Option(
+        None, "--period", help="YYYY-MM (default: the current month)."
+    ),
+    url: str | None = typer.Option(
+        None, "--url", help="A view instance (default: settings.view.url)."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the API's JSON answer."),
 ) -> None:
     """Usage to date and the upcoming invoice of CUSTOMER, from the usage view's API.
@@ -84,7 +89,9 @@ def usage_command(
         raise typer.Exit(2) from exc
     body: dict[str, Any] = response.json()
     if response.status_code != 200:
-        console.print(f"[red]{body.get('title', response.status_code)}[/]: {body.get('detail', '')}")
+        console.print(
+            f"[red]{body.get('title', response.status_code)}[/]: {body.get('detail', '')}"
+        )
         raise typer.Exit(1 if response.status_code == 404 else 2)
     if as_json:
         out.print_json(json.dumps(body))
@@ -129,7 +136,9 @@ def _print_usage(body: dict[str, Any]) -> None:
     if charges:
         lines = Table(title="charges")
         for column in ("plan", "charge", "metric", "quantity", "amount"):
-            lines.add_column(column, justify="right" if column in ("quantity", "amount") else "left")
+            lines.add_column(
+                column, justify="right" if column in ("quantity", "amount") else "left"
+            )
         for line in charges:
             lines.add_row(
                 f"{line['plan_code']} v{line['plan_version']}",

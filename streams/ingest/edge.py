@@ -95,7 +95,9 @@ def parse_body(body: bytes, content_type: str | None, *, max_events: int) -> tup
             f"send {SINGLE} (one event) or {BATCH} (a JSON array of events), not {kind or 'nothing'}",
         )
     try:
-        parsed = json.loads(body.decode("utf-8"), parse_float=_no_float, parse_constant=_no_constant)
+        parsed = json.loads(
+            body.decode("utf-8"), parse_float=_no_float, parse_constant=_no_constant
+        )
     except (UnicodeDecodeError, json.JSONDecodeError, ValueError) as exc:
         raise BodyError(400, "Malformed body", f"not UTF-8 JSON: {exc}") from None
     if kind == SINGLE:
@@ -107,7 +109,9 @@ def parse_body(body: bytes, content_type: str | None, *, max_events: int) -> tup
     if not parsed:
         raise BodyError(400, "Empty batch", "the batch holds no event")
     if len(parsed) > max_events:
-        raise BodyError(413, "Batch too large", f"{len(parsed)} events, at most {max_events} per request")
+        raise BodyError(
+            413, "Batch too large", f"{len(parsed)} events, at most {max_events} per request"
+        )
     return parsed, True
 
 
@@ -123,7 +127,9 @@ def _no_constant(text: str) -> Any:
 
 def validate(index: int, item: Any, *, received_at: datetime) -> Valid | Invalid:
     """One structured-mode event → a :class:`Valid` record or an :class:`Invalid` reason."""
-    event_id = item.get("id") if isinstance(item, dict) and isinstance(item.get("id"), str) else None
+    event_id = (
+        item.get("id") if isinstance(item, dict) and isinstance(item.get("id"), str) else None
+    )
     if not isinstance(item, dict):
         return Invalid(index, None, 400, "Malformed event", "an event is a JSON object")
     try:
@@ -131,7 +137,13 @@ def validate(index: int, item: Any, *, received_at: datetime) -> Valid | Invalid
     except ValidationError as exc:
         return Invalid(index, event_id, 400, "Invalid CloudEvent", _summary(exc))
     if event.type not in EVENT_TYPES or EVENT_TYPES[event.type] not in _TOPIC_MODELS:
-        return Invalid(index, event.id, 400, "Unknown event type", f"{event.type!r} is not an account event type ({', '.join(ACCEPTED_TYPES)})")
+        return Invalid(
+            index,
+            event.id,
+            400,
+            "Unknown event type",
+            f"{event.type!r} is not an account event type ({', '.join(ACCEPTED_TYPES)})",
+        )
     if event.type not in ACCEPTED_TYPES:
         return Invalid(
             index,
@@ -148,7 +160,11 @@ def validate(index: int, item: Any, *, received_at: datetime) -> Valid | Invalid
     customer_id = str(getattr(data, "customer_id"))  # noqa: B009 - every account event names its customer
     if event.subject is not None and event.subject != customer_id:
         return Invalid(
-            index, event.id, 422, "Subject mismatch", f"subject {event.subject!r} differs from data.customer_id {customer_id!r}"
+            index,
+            event.id,
+            422,
+            "Subject mismatch",
+            f"subject {event.subject!r} differs from data.customer_id {customer_id!r}",
         )
     try:
         time = (
@@ -156,7 +172,14 @@ def validate(index: int, item: Any, *, received_at: datetime) -> Valid | Invalid
             if event.time is not None
             else received_at.astimezone(UTC)
         )
-        envelope = Envelope(id=event.id, source=event.source, type=event.type, time=time, subject=customer_id, data=data)
+        envelope = Envelope(
+            id=event.id,
+            source=event.source,
+            type=event.type,
+            time=time,
+            subject=customer_id,
+            data=data,
+        )
     except (ValidationError, ValueError) as exc:
         return Invalid(index, event.id, 400, "Invalid CloudEvent", f"time: {exc}")
     record = encode(envelope)

@@ -85,7 +85,9 @@ class MemoryIdempotency:
 
 
 # compare-and-delete: release only our own pending claim
-_RELEASE = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
+_RELEASE = (
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
+)
 
 
 class RedisIdempotency:

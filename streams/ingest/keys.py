@@ -79,7 +79,10 @@ class ApiKeyFile:
     def _save(self, keys: dict[str, ApiKey]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(self.path.suffix + f".{os.getpid()}.tmp")
-        body = {"format": "invoicing api keys, sha256 of the key", "keys": [asdict(k) for k in keys.values()]}
+        body = {
+            "format": "invoicing api keys, sha256 of the key",
+            "keys": [asdict(k) for k in keys.values()],
+        }
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             json.dump(body, fh, indent=2)
@@ -109,7 +112,9 @@ class ApiKeyFile:
             if key_id not in keys:
                 raise UnknownKey(f"no API key {key_id!r} in {self.path}")
             key = keys[key_id]
-            keys[key_id] = ApiKey(key.key_id, key.name, key.sha256, key.created_at, key.revoked_at or _now())
+            keys[key_id] = ApiKey(
+                key.key_id, key.name, key.sha256, key.created_at, key.revoked_at or _now()
+            )
             self._save(keys)
 
     def list(self) -> list[ApiKey]:

@@ -52,7 +52,9 @@ class EdgeConfig:
     delivery_timeout_s: float
 
 
-def problem_response(status: int, title: str, detail: str | None = None, **extra: Any) -> web.Response:
+def problem_response(
+    status: int, title: str, detail: str | None = None, **extra: Any
+) -> web.Response:
     body = Problem(title=title, status=status, detail=detail, **extra)
     headers = {"WWW-Authenticate": 'Bearer realm="invoicing"'} if status == 401 else None
     metrics.INGEST_REQUESTS.labels(str(status)).inc()
@@ -94,10 +96,15 @@ class DeliveryPump:
             self.loop.call_soon_threadsafe(settle)
 
         record = valid.record
+        headers: list[tuple[str, str | bytes | None]] = list(record.headers)
         while True:
             try:
                 self.producer.produce(
-                    topic, key=record.key, value=record.value, headers=record.headers, on_delivery=report
+                    topic,
+                    key=record.key,
+                    value=record.value,
+                    headers=headers,
+                    on_delivery=report,
                 )
                 return future
             except BufferError:  # local queue full: let the pump drain it
@@ -135,14 +142,18 @@ def create_edge(
             return problem_response(401, "Unauthorized", "unknown or revoked API key")
         if request.content_length is not None and request.content_length > config.max_body_bytes:
             return problem_response(
-                413, "Body too large", f"{request.content_length} bytes, at most {config.max_body_bytes}"
+                413,
+                "Body too large",
+                f"{request.content_length} bytes, at most {config.max_body_bytes}",
             )
         try:
             body = await request.read()
         except web.HTTPRequestEntityTooLarge:
             return problem_response(413, "Body too large", f"at most {config.max_body_bytes} bytes")
         try:
-            items, batch = parse_body(body, request.headers.get("Content-Type"), max_events=config.max_batch_events)
+            items, batch = parse_body(
+                body, request.headers.get("Content-Type"), max_events=config.max_batch_events
+            )
         except BodyError as exc:
             return problem_response(exc.status, exc.title, exc.detail)
         received_at = datetime.now(UTC)
@@ -152,13 +163,21 @@ def create_edge(
         first_in_request: dict[str, str] = {}
         for item in checked:
             if isinstance(item, Invalid):
-                results[item.index] = _rejected(item.index, item.event_id, item.status, item.title, item.detail)
+                results[item.index] = _rejected(
+                    item.index, item.event_id, item.status, item.title, item.detail
+                )
             elif item.event_id in first_in_request:  # the same id twice in one request
                 if first_in_request[item.event_id] == item.digest:
-                    results[item.index] = EventResult(index=item.index, id=item.event_id, status="duplicate")
+                    results[item.index] = EventResult(
+                        index=item.index, id=item.event_id, status="duplicate"
+                    )
                 else:
                     results[item.index] = _rejected(
-                        item.index, item.event_id, 409, "Event id conflict", "another event of this request has this id with other content"
+                        item.index,
+                        item.event_id,
+                        409,
+                        "Event id conflict",
+                        "another event of this request has this id with other content",
                     )
             else:
                 first_in_request[item.event_id] = item.digest
@@ -169,7 +188,11 @@ def create_edge(
         accepted = sum(1 for r in ordered if r.status == "accepted")
         duplicates = sum(1 for r in ordered if r.status == "duplicate")
         rejected = len(ordered) - accepted - duplicates
-        for outcome, count in (("accepted", accepted), ("duplicate", duplicates), ("rejected", rejected)):
+        for outcome, count in (
+            ("accepted", accepted),
+            ("duplicate", duplicates),
+            ("rejected", rejected),
+        ):
             if count:
                 metrics.INGEST_EVENTS.labels(outcome).inc(count)
         if rejected and not (accepted or duplicates):
@@ -185,11 +208,15 @@ def create_edge(
                 f"all {rejected} event(s) were rejected",
                 results=[r.model_dump(mode="json", exclude_none=True) for r in ordered],
             )
-        response = IngestResponse(accepted=accepted, duplicates=duplicates, rejected=rejected, results=ordered)
+        response = IngestResponse(
+            accepted=accepted, duplicates=duplicates, rejected=rejected, results=ordered
+        )
         status = 207 if rejected else 200
         metrics.INGEST_REQUESTS.labels(str(status)).inc()
         return web.Response(
-            body=response.model_dump_json(exclude_none=True).encode(), status=status, content_type="application/json"
+            body=response.model_dump_json(exclude_none=True).encode(),
+            status=status,
+            content_type="application/json",
         )
 
     async def get_metrics(_: web.Request) -> web.Response:
@@ -204,9 +231,14 @@ def create_edge(
     return app
 
 
-def _rejected(index: int, event_id: str | None, status: int, title: str, detail: str) -> EventResult:
+def _rejected(
+    index: int, event_id: str | None, status: int, title: str, detail: str
+) -> EventResult:
     return EventResult(
-        index=index, id=event_id, status="rejected", error=Problem(title=title, status=status, detail=detail)
+        index=index,
+        id=event_id,
+        status="rejected",
+        error=Problem(title=title, status=status, detail=detail),
     )
 
 
@@ -224,7 +256,9 @@ async def _produce(
     to_send: list[Valid] = []
     for item, claim in zip(valid, claims, strict=True):
         if claim is Claim.DUPLICATE:
-            results[item.index] = EventResult(index=item.index, id=item.event_id, status="duplicate")
+            results[item.index] = EventResult(
+                index=item.index, id=item.event_id, status="duplicate"
+            )
         elif claim is Claim.CONFLICT:
             results[item.index] = _rejected(
                 item.index,
@@ -246,7 +280,11 @@ async def _produce(
         if future in done and future.exception() is None:
             msg = future.result()
             results[item.index] = EventResult(
-                index=item.index, id=item.event_id, status="accepted", partition=msg.partition(), offset=msg.offset()
+                index=item.index,
+                id=item.event_id,
+                status="accepted",
+                partition=msg.partition(),
+                offset=msg.offset(),
             )
             delivered.append((item.event_id, item.digest))
         else:
@@ -261,10 +299,15 @@ async def _produce(
         await loop.run_in_executor(None, idempotency.release, failed)
 
 
-def serve(config: EdgeConfig, *, producer: Producer, keys: ApiKeyFile, idempotency: Idempotency) -> None:
+def serve(
+    config: EdgeConfig, *, producer: Producer, keys: ApiKeyFile, idempotency: Idempotency
+) -> None:
     """Serve the edge on ``config.host:port`` until SIGTERM/SIGINT (then flush the producer)."""
     app = create_edge(
-        config, pump_factory=lambda loop: DeliveryPump(producer, loop), keys=keys, idempotency=idempotency
+        config,
+        pump_factory=lambda loop: DeliveryPump(producer, loop),
+        keys=keys,
+        idempotency=idempotency,
     )
     log.info("ingest edge on http://%s:%d → %s", config.host, config.port, config.topic)
     web.run_app(app, host=config.host, port=config.port, print=None, access_log=None)

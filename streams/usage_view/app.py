@@ -34,17 +34,17 @@ record in ``billing.account-events.dlq.v1``; a second copy would mean two things
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 from urllib.parse import quote
 
 import faust
-from faust.exceptions import SameNode
 from faust.web import Request, Response, View
 from faust.web.exceptions import ServiceUnavailable
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -106,7 +106,9 @@ class ViewConfig:
         return f"http://{self.host}:{self.port}"
 
 
-def problem(view: View, status: int, title: str, detail: str | None = None, **extra: Any) -> Response:
+def problem(
+    view: View, status: int, title: str, detail: str | None = None, **extra: Any
+) -> Response:
     """An RFC 9457 problem details response."""
     body = Problem(title=title, status=status, detail=detail, **extra)
     return view.bytes(
@@ -178,13 +180,18 @@ def create_app(config: ViewConfig, price_books: PriceBookSource) -> faust.App:
     event_ids = table("event_ids", "event id → [digest, period, partition, offset] (dedup)")
     next_offsets: dict[int, int] = {}
 
-    def handle(key: bytes | None, value: bytes | None, headers: Any, partition: int, offset: int) -> None:
+    def handle(
+        key: bytes | None, value: bytes | None, headers: Any, partition: int, offset: int
+    ) -> None:
         try:
             envelope = decode(key, value, headers, allowed=_ACCOUNT_MODELS)
         except InvalidEvent as exc:
             customer_id = usable_customer_id(key)
             change = state.refused(
-                customers.get(customer_id.encode()) if customer_id else None, customer_id, partition, str(exc)
+                customers.get(customer_id.encode()) if customer_id else None,
+                customer_id,
+                partition,
+                str(exc),
             )
             log.warning(
                 "usage view: refused record %s[%d]@%d (key %r): %s",
@@ -216,9 +223,18 @@ def create_app(config: ViewConfig, price_books: PriceBookSource) -> faust.App:
             # Valid by the contract, but not aggregatable (e.g. the stored usage is of
             # another shape): counted and noted like an unreadable record.
             change = state.refused(
-                customers.get(envelope.subject.encode()), envelope.subject, partition, f"{type(exc).__name__}: {exc}"
+                customers.get(envelope.subject.encode()),
+                envelope.subject,
+                partition,
+                f"{type(exc).__name__}: {exc}",
             )
-            log.error("usage view: record %s[%d]@%d not applied: %s", config.source_topic, partition, offset, exc)
+            log.error(
+                "usage view: record %s[%d]@%d not applied: %s",
+                config.source_topic,
+                partition,
+                offset,
+                exc,
+            )
         # periods and event ids first, the customer last (any order is safe: see state)
         if change.period is not None and change.period_key is not None:
             periods[change.period_key.encode()] = change.period
@@ -235,26 +251,31 @@ def create_app(config: ViewConfig, price_books: PriceBookSource) -> faust.App:
         async for event in stream.events():
             message = event.message
             try:
-                handle(message.key, message.value, message.headers, message.partition, message.offset)
+                handle(
+                    message.key, message.value, message.headers, message.partition, message.offset
+                )
             except Exception as exc:
                 # A bug, not bad input (bad input is refused above): stop the instance
                 # loudly rather than skip the record; its partitions move to another
                 # instance, which retries from the last committed offset.
                 log.critical(
-                    "usage view: crashed on %s[%d]@%d", message.topic, message.partition, message.offset, exc_info=True
+                    "usage view: crashed on %s[%d]@%d",
+                    message.topic,
+                    message.partition,
+                    message.offset,
+                    exc_info=True,
                 )
                 await app.crash(exc)
                 raise
             next_offsets[message.partition] = message.offset + 1
             metrics.VIEW_LAST_APPLIED.labels(str(message.partition)).set(time.time())
 
-    @app.timer(interval=5.0)
     async def report_lag() -> None:
         owned = {tp for tp in app.consumer.assignment() if tp.topic == config.source_topic}
         for tp in owned:
             try:
                 high = app.consumer.highwater(tp)
-            except Exception:  # noqa: BLE001 - no fetch yet for this partition
+            except Exception:
                 continue
             if high is None:
                 continue
@@ -263,14 +284,16 @@ def create_app(config: ViewConfig, price_books: PriceBookSource) -> faust.App:
                 position = await app.consumer.position(tp) or 0
             metrics.VIEW_LAG.labels(str(tp.partition)).set(max(0, int(high) - int(position)))
 
-    @app.timer(interval=config.cleanup_interval_s)
     async def retention() -> None:
         expire(app, config, customers, periods, event_ids)
+
+    app.timer(interval=5.0)(report_lag)
+    app.timer(interval=config.cleanup_interval_s)(retention)
 
     served_by = config.canonical_url
 
     @app.page("/v1/customers/{customer_id}/usage")
-    class UsageEndpoint(View):  # type: ignore[misc]
+    class UsageEndpoint(View):
         """``GET /v1/customers/{id}/usage?period=YYYY-MM`` (id percent-encoded)."""
 
         async def get(self, request: Request, customer_id: str) -> Response:
@@ -287,22 +310,25 @@ def create_app(config: ViewConfig, price_books: PriceBookSource) -> faust.App:
                 _CUSTOMER_ID.validate_python(customer_id)
             except ValidationError:
                 metrics.VIEW_REQUESTS.labels("404", "local").inc()
-                return problem(self, 404, "Unknown customer", f"{customer_id!r} is not a customer id")
+                return problem(
+                    self, 404, "Unknown customer", f"{customer_id!r} is not a customer id"
+                )
             try:
-                response: Response = await self.owned(request, customer_id=customer_id, period=period)
+                response: Response = await self.owned(
+                    request, customer_id=customer_id, period=period
+                )
             except ServiceUnavailable:
                 metrics.VIEW_REQUESTS.labels("503", "routed").inc()
-                return problem(
-                    self, 503, "Owner unknown", "the view is rebalancing; retry shortly"
-                )
+                return problem(self, 503, "Owner unknown", "the view is rebalancing; retry shortly")
             except OSError as exc:  # the owner did not answer (it may have just died)
                 metrics.VIEW_REQUESTS.labels("503", "routed").inc()
                 return problem(self, 503, "Owner unreachable", f"{type(exc).__name__}: {exc}")
             metrics.VIEW_REQUEST_SECONDS.observe(time.perf_counter() - started)
             return response
 
-        @app.table_route(table=customers, match_info="customer_id")
-        async def owned(self, request: Request, *, customer_id: str, period: BillingPeriod) -> Response:
+        async def owned(
+            self, request: Request, *, customer_id: str, period: BillingPeriod
+        ) -> Response:
             customer = customers.get(customer_id.encode())
             if customer is None:
                 metrics.VIEW_REQUESTS.labels("404", "local").inc()
@@ -330,13 +356,17 @@ def create_app(config: ViewConfig, price_books: PriceBookSource) -> faust.App:
             metrics.VIEW_REQUESTS.labels("200", "local").inc()
             return self.json(answer.model_dump(mode="json"))
 
+        # faust's table routing: the owner of customers[customer_id] answers (the key
+        # hashed as the table's changelog serialises it: raw bytes, murmur2)
+        owned = cast(Any, app.table_route(table=customers, match_info="customer_id"))(owned)
+
     @app.page("/metrics")
-    class MetricsEndpoint(View):  # type: ignore[misc]
+    class MetricsEndpoint(View):
         async def get(self, request: Request) -> Response:
             return self.bytes(generate_latest(), content_type=CONTENT_TYPE_LATEST.split(";")[0])
 
     @app.page("/health")
-    class HealthEndpoint(View):  # type: ignore[misc]
+    class HealthEndpoint(View):
         async def get(self, request: Request) -> Response:
             owned = sorted(
                 tp.partition for tp in app.consumer.assignment() if tp.topic == config.source_topic
@@ -373,7 +403,9 @@ def tables_of(app: faust.App) -> tuple[Any, Any, Any]:
     return app.tables["customers"], app.tables["periods"], app.tables["event_ids"]
 
 
-def expire(app: faust.App, config: ViewConfig, customers: Any, periods: Any, event_ids: Any) -> dict[str, int]:
+def expire(
+    app: faust.App, config: ViewConfig, customers: Any, periods: Any, event_ids: Any
+) -> dict[str, int]:
     """Drop the periods past retention on the partitions this instance owns, their
     event ids, and the period from the customer's list; each deletion is a
     tombstone on the changelog partition the key lives in (the partition of the
@@ -386,12 +418,16 @@ def expire(app: faust.App, config: ViewConfig, customers: Any, periods: Any, eve
         ``{"periods": n, "event_ids": m}`` dropped.
     """
     now = datetime.now(UTC)
-    owned = {tp.partition for tp in app.assignor.assigned_actives() if tp.topic == config.source_topic}
+    owned = {
+        tp.partition for tp in app.assignor.assigned_actives() if tp.topic == config.source_topic
+    }
     gone: dict[bytes, tuple[int, str, str]] = {}
     for key, value in list(periods.items()):
         if value is None or int(value.get("partition", -1)) not in owned:
             continue
-        if state.expired(value, now=now, retain_closed=config.retain_closed, retain_open=config.retain_open):
+        if state.expired(
+            value, now=now, retain_closed=config.retain_closed, retain_open=config.retain_open
+        ):
             customer_id, period = state.split_period_key(key.decode())
             gone[key] = (int(value["partition"]), customer_id, period)
     dropped_ids = 0
@@ -407,7 +443,9 @@ def expire(app: faust.App, config: ViewConfig, customers: Any, periods: Any, eve
         # whose same period is still open keeps ids it may see again, a bound, not a leak:
         # its own period drops them later).
         open_on_partition = {
-            (int(v["partition"]), str(v["period"])) for k, v in periods.items() if v is not None and k not in gone
+            (int(v["partition"]), str(v["period"]))
+            for k, v in periods.items()
+            if v is not None and k not in gone
         }
         for event_id, value in list(event_ids.items()):
             if value is None:
@@ -421,21 +459,26 @@ def expire(app: faust.App, config: ViewConfig, customers: Any, periods: Any, eve
             if customer is None:
                 continue
             kept = [p for p in customer["periods"] if (customer_id, p) not in periods_gone]
-            _put(customers, customer_id.encode(), {**customer, "periods": kept}, int(customer["partition"]))
+            _put(
+                customers,
+                customer_id.encode(),
+                {**customer, "periods": kept},
+                int(customer["partition"]),
+            )
         metrics.VIEW_EXPIRED.labels("periods").inc(len(gone))
         metrics.VIEW_EXPIRED.labels("event_ids").inc(dropped_ids)
-        log.info("usage view retention: dropped %d period(s), %d event id(s)", len(gone), dropped_ids)
+        log.info(
+            "usage view retention: dropped %d period(s), %d event id(s)", len(gone), dropped_ids
+        )
     for name, tbl in (("customers", customers), ("periods", periods), ("event_ids", event_ids)):
-        metrics.VIEW_KEYS.labels(name).set(sum(1 for _ in tbl.keys()))
+        metrics.VIEW_KEYS.labels(name).set(sum(1 for _ in tbl))
     return {"periods": len(gone), "event_ids": dropped_ids}
 
 
 def _delete(table: Any, key: bytes, partition: int) -> None:
     table.send_changelog(partition, key, None, value_serializer="raw")
-    try:
+    with contextlib.suppress(KeyError):
         del table.data[key]
-    except KeyError:
-        pass
 
 
 def _put(table: Any, key: bytes, value: Any, partition: int) -> None:
@@ -449,7 +492,9 @@ def usage_path(customer_id: str, period: str | None = None) -> str:
     return path if period is None else f"{path}?period={period}"
 
 
-def run_view(app: faust.App, *, loglevel: str = "INFO", on_started: Callable[[], None] | None = None) -> None:
+def run_view(
+    app: faust.App, *, loglevel: str = "INFO", on_started: Callable[[], None] | None = None
+) -> None:
     """Run ``app`` in this process until SIGTERM/SIGINT (faust's worker: it installs the
     signal handlers, leaves the group and flushes the changelogs on the way out)."""
     from faust.worker import Worker

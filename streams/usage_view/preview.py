@@ -38,7 +38,9 @@ from streams.usage_view.state import add_decimal, new_period, subscription_event
 _NO_CURRENCY = "USD"
 
 
-def reprojected(stored: Mapping[str, Any] | None, period: BillingPeriod, book: PriceBook) -> tuple[Usage, list[str]]:
+def reprojected(
+    stored: Mapping[str, Any] | None, period: BillingPeriod, book: PriceBook
+) -> tuple[Usage, list[str]]:
     """The stored usage under ``book``'s metric definitions, and the codes of metrics
     whose definition changed since their events were aggregated (their aggregates
     cannot be rebuilt from the view's state: reported as ``stale_aggregates``).
@@ -113,7 +115,9 @@ def _metered(usage: Usage) -> tuple[list[MetricQuantity], int]:
         groups = metric_usage.quantities() or [(None, Decimal(0))]
         for group, quantity in groups:
             quantities.append(
-                MetricQuantity(metric=code, group=group, quantity=quantity, events=metric_usage.events)
+                MetricQuantity(
+                    metric=code, group=group, quantity=quantity, events=metric_usage.events
+                )
             )
     for code, count in sorted(usage.unknown_on(usage.event_days()).items()):
         quantities.append(MetricQuantity(metric=code, quantity=Decimal(0), events=count))
@@ -222,7 +226,9 @@ def preview(
     return UsageResponse(
         customer_id=customer_id,
         period=str(period),
-        closed=None if closed is None else Close(closed_at=closed["closed_at"], reason=closed["reason"]),
+        closed=None
+        if closed is None
+        else Close(closed_at=closed["closed_at"], reason=closed["reason"]),
         usage=UsageToDate(
             pass_through=PassThroughUsage(
                 lines=int(state["pass_through_lines"]), amounts=_amounts(state["pass_through"])

@@ -79,7 +79,9 @@ class FilePriceBook:
                     )
                     log.info("price book reloaded from %s", self.path)
             except (OSError, PriceBookError) as exc:
-                log.error("price book %s not reloaded, keeping the last good one: %s", self.path, exc)
+                log.error(
+                    "price book %s not reloaded, keeping the last good one: %s", self.path, exc
+                )
             return self._book, f"file {self.path.name}"
 
 

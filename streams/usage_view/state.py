@@ -30,7 +30,7 @@ multiplies each pre-priced line by ``1 + markup/100`` and sums exactly (no
 rounding until the subtotal), so rating one line per (day, currency) carrying
 the exact sum of that day's lines gives the same exact total as rating every
 line (:func:`streams.domain.rating.rate`, ``pass_through``), in memory bounded
-by days × currencies instead of lines. The day is the line's ``event_time`` day
+by days x currencies instead of lines. The day is the line's ``event_time`` day
 clamped into its billing period, the rule ``rate()`` assigns segments by.
 """
 
@@ -71,7 +71,13 @@ _SUM_PRECISION = 80
 #: Event types deduplicated by event id: those whose effect a resend would repeat.
 #: ``customer.upserted`` is an upsert and ``billing_period.closed`` a marker: both
 #: are idempotent by nature (as in the invoicing worker).
-DEDUPLICATED = (UsageRecorded, UsageMetered, SubscriptionStarted, SubscriptionChanged, SubscriptionEnded)
+DEDUPLICATED = (
+    UsageRecorded,
+    UsageMetered,
+    SubscriptionStarted,
+    SubscriptionChanged,
+    SubscriptionEnded,
+)
 
 _SUBSCRIPTION_TYPES: dict[str, type[EventData]] = {
     model.event_type: model
@@ -264,11 +270,11 @@ def apply(
             # the same record again (its id was written, the state maybe not): apply it
         ids_value = [content, event_period(data), partition, offset]
 
-    if isinstance(data, CustomerUpserted | SubscriptionStarted | SubscriptionChanged | SubscriptionEnded):
+    if isinstance(
+        data, CustomerUpserted | SubscriptionStarted | SubscriptionChanged | SubscriptionEnded
+    ):
         if customer_has_it:
-            return Change(
-                Outcome.REDELIVERED, event_id=envelope.id, event_id_value=ids_value
-            )
+            return Change(Outcome.REDELIVERED, event_id=envelope.id, event_id_value=ids_value)
         cust["last_offset"] = offset
     if isinstance(data, CustomerUpserted):
         cust["name"] = data.name
@@ -334,7 +340,10 @@ def apply(
             outcome = Outcome.LATE
     elif isinstance(data, UsageMetered):
         if late:
-            state["late"] = {**state["late"], "metered_events": int(state["late"]["metered_events"]) + 1}
+            state["late"] = {
+                **state["late"],
+                "metered_events": int(state["late"]["metered_events"]) + 1,
+            }
             outcome = Outcome.LATE
         else:
             usage = (
@@ -371,7 +380,11 @@ def _fold_late(state: dict[str, Any]) -> None:
             mine[currency] = add_decimal(mine.get(currency), Decimal(amount))
     state["pass_through"] = sums
     state["pass_through_lines"] = int(state["pass_through_lines"]) + int(late["pass_through_lines"])
-    state["late"] = {"pass_through": {}, "pass_through_lines": 0, "metered_events": int(late["metered_events"])}
+    state["late"] = {
+        "pass_through": {},
+        "pass_through_lines": 0,
+        "metered_events": int(late["metered_events"]),
+    }
 
 
 def subscription_events(customer: Mapping[str, Any]) -> list[SubscriptionEvent]:

@@ -17,7 +17,9 @@ from tests.support.pipeline import Pipeline
 T = TypeVar("T")
 
 
-def view_env(p: Pipeline, *, store: str = "rocksdb", price_book: str | None = None) -> dict[str, str]:
+def view_env(
+    p: Pipeline, *, store: str = "rocksdb", price_book: str | None = None
+) -> dict[str, str]:
     """The environment of the sandbox's view instances: a group under the sandbox's topic
     prefix (so its changelog topics are deleted with the sandbox), its own data folder."""
     env = {
@@ -33,7 +35,9 @@ def view_env(p: Pipeline, *, store: str = "rocksdb", price_book: str | None = No
 def start_view(p: Pipeline, port: int | None = None, **env: Any) -> tuple[WorkerProcess, int]:
     """One view instance on ``port`` (a free one by default)."""
     port = port or free_port()
-    (proc,) = p.workers.start("usage-view", extra_env=view_env(p, **env), args=["--port", str(port)])
+    (proc,) = p.workers.start(
+        "usage-view", extra_env=view_env(p, **env), args=["--port", str(port)]
+    )
     return proc, port
 
 
@@ -45,7 +49,9 @@ def health(port: int) -> dict[str, Any] | None:
     return response.json() if response.status_code == 200 else None
 
 
-def wait_until(what: str, probe: Callable[[], T | None], p: Pipeline, timeout_s: float = 120.0) -> T:
+def wait_until(
+    what: str, probe: Callable[[], T | None], p: Pipeline, timeout_s: float = 120.0
+) -> T:
     """``probe()`` until it returns something truthy; fail loudly with the workers' logs."""
     deadline = time.monotonic() + timeout_s
     last: T | None = None
@@ -53,13 +59,21 @@ def wait_until(what: str, probe: Callable[[], T | None], p: Pipeline, timeout_s:
         last = probe()
         if last:
             return last
-        dead = [w.name for w in p.workers.processes if w.process.poll() is not None and w.process.returncode not in (0, -9)]
+        dead = [
+            w.name
+            for w in p.workers.processes
+            if w.process.poll() is not None and w.process.returncode not in (0, -9)
+        ]
         assert not dead, f"processes died while waiting for {what}: {dead}\n{p.worker_logs()}"
         time.sleep(0.5)
-    raise AssertionError(f"after {timeout_s}s still waiting for {what} (last: {last!r})\n{p.worker_logs()}")
+    raise AssertionError(
+        f"after {timeout_s}s still waiting for {what} (last: {last!r})\n{p.worker_logs()}"
+    )
 
 
-def wait_assigned(p: Pipeline, ports: list[int], partitions: int = 12, timeout_s: float = 120.0) -> dict[int, list[int]]:
+def wait_assigned(
+    p: Pipeline, ports: list[int], partitions: int = 12, timeout_s: float = 120.0
+) -> dict[int, list[int]]:
     """Wait until the instances on ``ports`` together own every partition, each once."""
 
     def probe() -> dict[int, list[int]] | None:
