@@ -132,7 +132,7 @@ class EventResult(_Body):
     """The outcome of one event of a ``POST /v1/events`` request, in request order."""
 
     index: Annotated[int, Field(ge=0)]
-    id: str | None
+    id: str | None = None
     status: Literal["accepted", "duplicate", "rejected"]
     #: For ``rejected``: the HTTP status this event alone would have had (400, 403,
     #: 409, 422, 503) and why.
