@@ -1,0 +1,121 @@
+"""The facts the view's routing rests on, pinned without a broker: the tables' changelog
+keys are the raw customer id bytes, faust's producer partitioner is Java's murmur2 (as
+our producers' ``murmur2_random``), and the changelog topics are co-partitioned with
+the source. Plus the import rule for the view's pure modules and the edge's keys and
+idempotency twin."""
+
+from __future__ import annotations
+
+import json
+import stat
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiokafka.partitioner import DefaultPartitioner
+
+from streams.demo.expected import expected_from_file
+from streams.ingest.idempotency import Claim, MemoryIdempotency
+from streams.ingest.keys import ApiKeyFile, UnknownKey
+from streams.usage_view.app import ViewConfig, changelog_topics, create_app, usage_path
+from streams.usage_view.price_book import StaticPriceBook
+from tests.support.kafka import java_partition
+from tests.unit.test_import_rule import forbidden_imports
+
+ROOT = Path(__file__).resolve().parents[3]
+SAMPLE_IDS = sorted(
+    {c for c, _ in expected_from_file(ROOT / "examples" / "focus" / "focus_sample.csv").sums}
+)
+
+
+def config(tmp_path: Path) -> ViewConfig:
+    return ViewConfig(
+        app_id="t-view",
+        brokers="127.0.0.1:1",
+        source_topic="billing.account-events.v1",
+        partitions=12,
+        host="127.0.0.1",
+        port=18799,
+        store="memory://",
+        datadir=tmp_path,
+        standby_replicas=0,
+        retain_closed=timedelta(days=35),
+        retain_open=timedelta(days=400),
+        cleanup_interval_s=3600,
+    )
+
+
+def test_aiokafka_default_partitioner_is_javas_murmur2_on_the_raw_id() -> None:
+    partitioner = DefaultPartitioner()
+    partitions = list(range(12))
+    for customer in [*SAMPLE_IDS, "acme", "/subscriptions/a/b", "é-unicode"]:
+        key = customer.encode()
+        assert partitioner(key, partitions, partitions) == java_partition(key, 12), customer
+
+
+def test_tables_key_by_raw_bytes_and_share_the_source_partitioning(tmp_path: Path) -> None:
+    app = create_app(config(tmp_path), StaticPriceBook())
+    for name in ("customers", "periods", "event_ids"):
+        table: Any = app.tables[name]
+        assert table.key_serializer == "raw", name
+        topic = table.changelog_topic
+        assert topic.get_topic_name() == f"t-view-{name}-changelog"
+        # what faust's router hashes: the key as the changelog serialises it
+        assert topic.prepare_key("/subscriptions/x", None)[0] == b"/subscriptions/x"
+        assert table.partitions == 12 and not table.use_partitioner
+    specs = changelog_topics(config(tmp_path))
+    assert [s.name for s in specs] == [
+        f"t-view-{n}-changelog" for n in ("customers", "periods", "event_ids")
+    ]
+    assert {s.partitions for s in specs} == {12} and {s.cleanup_policy for s in specs} == {
+        "compact"
+    }
+
+
+def test_usage_path_percent_encodes_slashes() -> None:
+    assert (
+        usage_path("/subscriptions/a b", "2024-09")
+        == "/v1/customers/%2Fsubscriptions%2Fa%20b/usage?period=2024-09"
+    )
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        "usage_view/state.py",
+        "usage_view/preview.py",
+        "usage_view/models.py",
+        "usage_view/scenario.py",
+        "ingest/edge.py",
+    ],
+)
+def test_pure_modules_import_no_io_library(module: str) -> None:
+    path = ROOT / "streams" / module
+    assert forbidden_imports(path.read_text(), str(path)) == []
+
+
+def test_api_keys_are_hashed_at_rest_and_revocable(tmp_path: Path) -> None:
+    store = ApiKeyFile(tmp_path / "keys.json")
+    key_id, token = store.create("billing-sync")
+    assert store.verify(token) is not None
+    text = (tmp_path / "keys.json").read_text()
+    assert token not in text and token.split(".", 1)[1] not in text
+    assert json.loads(text)["keys"][0]["key_id"] == key_id
+    assert stat.S_IMODE((tmp_path / "keys.json").stat().st_mode) == 0o600
+    assert store.verify(token + "x") is None and store.verify("garbage") is None
+    other = ApiKeyFile(tmp_path / "keys.json")  # another process: the edge
+    assert other.verify(token) is not None
+    store.revoke(key_id)
+    assert other.verify(token) is None  # re-read on change, no restart
+    with pytest.raises(UnknownKey):
+        store.revoke("nope")
+
+
+def test_idempotency_twin() -> None:
+    claims = MemoryIdempotency()
+    assert claims.claim([("a", "d1"), ("b", "d2")]) == [Claim.NEW, Claim.NEW]
+    assert claims.claim([("a", "d1"), ("a", "other")]) == [Claim.PENDING, Claim.CONFLICT]
+    claims.done([("a", "d1")])
+    claims.release([("b", "d2")])
+    assert claims.claim([("a", "d1"), ("b", "d2")]) == [Claim.DUPLICATE, Claim.NEW]
