@@ -324,3 +324,23 @@ def test_clamped_day_matches_rate() -> None:
 
 
 _ = replace
+
+
+def test_answers_validate_against_the_committed_http_schemas() -> None:
+    import json as _json
+
+    from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
+
+    root = Path(__file__).resolve().parents[3] / "schemas" / "http"
+    usage_schema = _json.loads((root / "usage-response.schema.json").read_text())
+    view = View()
+    view.feed(customer(), 0)
+    for offset, envelope in enumerate(events(ScenarioConfig(customers=3, seed=4)), start=1):
+        view.feed(envelope, offset)
+    for customer_id in ("acme", "cust-000000", "cust-000001", "cust-000002"):
+        body = view.answer(customer_id).model_dump(mode="json")
+        Draft202012Validator(usage_schema).validate(body)
+    problem = _json.loads((root / "problem.schema.json").read_text())
+    Draft202012Validator(problem).validate(
+        {"type": "about:blank", "title": "Bad period", "status": 400}
+    )
