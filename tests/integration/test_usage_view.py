@@ -209,7 +209,7 @@ def test_view_recovers_its_tables_from_the_changelog_after_a_restart(pipeline: P
     applied = [
         line
         for line in text.splitlines()
-        if line.startswith("usage_view_records_total{") and 'outcome="applied"' in line
+        if line.startswith("invoicing_usage_view_records_total{") and 'outcome="applied"' in line
     ]
     assert sum(float(line.rsplit(" ", 1)[1]) for line in applied) == 0, applied
 
@@ -251,7 +251,7 @@ def test_a_poison_record_on_the_topic_never_stops_the_view(pipeline: Pipeline) -
     refused = sum(
         float(line.rsplit(" ", 1)[1])
         for line in text.splitlines()
-        if line.startswith("usage_view_records_total{") and 'outcome="refused"' in line
+        if line.startswith("invoicing_usage_view_records_total{") and 'outcome="refused"' in line
     )
     assert refused == 3
 
