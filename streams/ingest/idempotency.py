@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from enum import StrEnum
-from typing import Protocol
+from typing import Any, Protocol
 
 import redis
 
@@ -84,10 +84,34 @@ class MemoryIdempotency:
                 del self.claims[event_id]
 
 
-# compare-and-delete: release only our own pending claim
-_RELEASE = (
-    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
-)
+# One script call per request and step (a batch of 500 ids is one round trip and one
+# command, not 500: the edge's cost per event stays small). KEYS: the ids' keys;
+# ARGV: their digests, then the TTL. A single Redis (no cluster: keys of a batch span slots).
+_CLAIM = """
+local ttl = ARGV[#ARGV]
+local out = {}
+for i, key in ipairs(KEYS) do
+  if redis.call('SET', key, ARGV[i] .. ':p', 'NX', 'EX', ttl) then
+    out[i] = ''
+  else
+    out[i] = redis.call('GET', key) or ''
+  end
+end
+return out
+"""
+_DONE = """
+local ttl = ARGV[#ARGV]
+for i, key in ipairs(KEYS) do redis.call('SET', key, ARGV[i] .. ':d', 'EX', ttl) end
+return #KEYS
+"""
+# compare-and-delete: release only our own pending claims
+_RELEASE = """
+local n = 0
+for i, key in ipairs(KEYS) do
+  if redis.call('GET', key) == ARGV[i] .. ':p' then n = n + redis.call('DEL', key) end
+end
+return n
+"""
 
 
 class RedisIdempotency:
@@ -98,54 +122,58 @@ class RedisIdempotency:
         self.ttl_s = ttl_s
         self.prefix = prefix
         self.failures = 0
+        self._scripts: dict[str, Any] = {}
 
     def _key(self, event_id: str) -> str:
         return f"{self.prefix}{event_id}"
 
+    def _script(self, name: str, body: str) -> Any:
+        script = self._scripts.get(name)
+        if script is None:
+            script = self._scripts[name] = self.conn.register_script(body)
+        return script
+
     def claim(self, items: Sequence[tuple[str, str]]) -> list[Claim]:
+        if not items:
+            return []
         try:
-            pipe = self.conn.pipeline(transaction=False)
-            for event_id, digest in items:
-                pipe.set(self._key(event_id), f"{digest}:p", nx=True, ex=self.ttl_s)
-            claimed = pipe.execute()
-            taken = [i for i, ok in enumerate(claimed) if not ok]
-            held: list[bytes | None] = []
-            if taken:
-                pipe = self.conn.pipeline(transaction=False)
-                for i in taken:
-                    pipe.get(self._key(items[i][0]))
-                held = pipe.execute()
+            held = self._script("claim", _CLAIM)(
+                keys=[self._key(event_id) for event_id, _ in items],
+                args=[digest for _, digest in items] + [self.ttl_s],
+            )
         except redis.RedisError as exc:
             self.failures += 1
             log.warning("ingest idempotency: Redis unavailable, producing without a claim: %s", exc)
             return [Claim.NEW] * len(items)
-        result = [Claim.NEW] * len(items)
-        for i, value in zip(taken, held, strict=True):
-            text = (value or b"").decode()
+        result = []
+        for (_, wanted), value in zip(items, held, strict=True):
+            text = value.decode() if isinstance(value, bytes) else str(value or "")
+            if not text:
+                result.append(Claim.NEW)
+                continue
             digest, _, status = text.rpartition(":")
-            if not text:  # expired between the two round trips: produce
-                result[i] = Claim.PENDING
-            elif digest != items[i][1]:
-                result[i] = Claim.CONFLICT
+            if digest != wanted:
+                result.append(Claim.CONFLICT)
             else:
-                result[i] = Claim.DUPLICATE if status == "d" else Claim.PENDING
+                result.append(Claim.DUPLICATE if status == "d" else Claim.PENDING)
         return result
 
     def done(self, items: Sequence[tuple[str, str]]) -> None:
-        try:
-            pipe = self.conn.pipeline(transaction=False)
-            for event_id, digest in items:
-                pipe.set(self._key(event_id), f"{digest}:d", ex=self.ttl_s)
-            pipe.execute()
-        except redis.RedisError as exc:
-            self.failures += 1
-            log.warning("ingest idempotency: could not mark %d id(s) done: %s", len(items), exc)
+        self._run("done", _DONE, items, with_ttl=True)
 
     def release(self, items: Sequence[tuple[str, str]]) -> None:
+        self._run("release", _RELEASE, items, with_ttl=False)
+
+    def _run(
+        self, name: str, body: str, items: Sequence[tuple[str, str]], *, with_ttl: bool
+    ) -> None:
+        if not items:
+            return
         try:
-            script = self.conn.register_script(_RELEASE)
-            for event_id, digest in items:
-                script(keys=[self._key(event_id)], args=[f"{digest}:p"])
+            self._script(name, body)(
+                keys=[self._key(event_id) for event_id, _ in items],
+                args=[digest for _, digest in items] + ([self.ttl_s] if with_ttl else []),
+            )
         except redis.RedisError as exc:
             self.failures += 1
-            log.warning("ingest idempotency: could not release %d claim(s): %s", len(items), exc)
+            log.warning("ingest idempotency: %s of %d id(s) failed: %s", name, len(items), exc)

@@ -94,3 +94,40 @@ def test_bodies() -> None:
         with pytest.raises(BodyError) as caught:
             parse_body(body, content_type, max_events=10)
         assert caught.value.status == status, (body[:20], content_type)
+
+
+def test_the_one_pass_batch_path_gives_the_per_event_paths_records() -> None:
+    from streams.ingest.edge import validate_batch_fast
+    from streams.usage_view.scenario import ScenarioConfig, events
+    from streams.usage_view.state import digest
+
+    envelopes = list(events(ScenarioConfig(customers=6, seed=3)))
+    items = [
+        {
+            "specversion": "1.0",
+            "id": e.id,
+            "source": e.source,
+            "type": e.type,
+            **({"subject": e.subject} if n % 2 else {}),
+            **({"time": e.time.isoformat()} if n % 3 else {}),
+            "data": e.data.model_dump(mode="json"),
+        }
+        for n, e in enumerate(envelopes)
+    ]
+    body = json.dumps(items).encode()
+    fast = validate_batch_fast(body, received_at=NOW)
+    assert fast is not None and len(fast) == len(items)
+    slow = [validate(i, item, received_at=NOW) for i, item in enumerate(parse_body(body, BATCH, max_events=10_000)[0])]
+    for quick, checked, envelope in zip(fast, slow, envelopes, strict=True):
+        assert isinstance(checked, Valid)
+        assert quick.record == checked.record and quick.digest == checked.digest
+        assert quick.digest == digest(envelope)  # the edge's digest is the view's
+        decode(quick.record.key, quick.record.value, quick.record.headers)
+    # any refusal sends the batch to the per-event path (which names it)
+    for broken in (
+        [*items[:2], event(type="billing_period.closed")],
+        [*items[:2], {**items[0], "subject": "other"}],
+        [*items[:2], {**items[0], "time": 1725357600}],
+        [*items[:2], {**items[0], "data": {**items[0]["data"], "amount": 1.5}}],
+    ):
+        assert validate_batch_fast(json.dumps(broken).encode(), received_at=NOW) is None
