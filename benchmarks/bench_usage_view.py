@@ -200,7 +200,7 @@ def bench_ingest(p: Pipeline, workdir: Path, args: argparse.Namespace) -> None:
 
 def _percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def _freshness(p: Pipeline, port: int, samples: int, tag: str) -> list[float]:
