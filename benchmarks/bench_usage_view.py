@@ -241,6 +241,10 @@ def _freshness(p: Pipeline, port: int, samples: int, tag: str) -> list[float]:
 def bench_freshness(p: Pipeline, workdir: Path, args: argparse.Namespace) -> None:
     port, _ = _start_view(p, "memory")
     idle = _freshness(p, port, args.samples, "idle")
+    print(
+        f"freshness: event produced -> visible in the view's answer ({args.samples} samples each)"
+    )
+    _report("idle", idle)
     url, token = _start_edge(p, workdir)
     stop = threading.Event()
     sent = [0]
@@ -362,8 +366,8 @@ def main() -> None:
     )
     fresh = sub.add_parser("freshness")
     fresh.add_argument("--samples", type=int, default=200)
-    fresh.add_argument("--load-rate", type=float, default=2_000.0, help="events/s through the edge")
-    fresh.add_argument("--load-batch", type=int, default=200)
+    fresh.add_argument("--load-rate", type=float, default=500.0, help="events/s through the edge")
+    fresh.add_argument("--load-batch", type=int, default=100)
     memory = sub.add_parser("memory")
     memory.add_argument("--store", choices=["memory", "rocksdb"], default="rocksdb")
     memory.add_argument("--customers", type=int, default=2_000)

@@ -177,7 +177,7 @@ def create_app(config: ViewConfig, price_books: PriceBookSource) -> faust.App:
 
     customers = table("customers", "customer id → customer state (name, currency, subscriptions)")
     periods = table("periods", "customer|period → usage to date of that billing period")
-    event_ids = table("event_ids", "event id → [digest, period, partition, offset] (dedup)")
+    event_ids = table("event_ids", "event id → 'digest period partition offset' (dedup)")
     next_offsets: dict[int, int] = {}
 
     def handle(
@@ -450,7 +450,8 @@ def expire(
         for event_id, value in list(event_ids.items()):
             if value is None:
                 continue
-            where = (int(value[2]), str(value[1]))
+            _, id_period, id_partition, _ = state.parse_seen(value)
+            where = (id_partition, str(id_period))
             if where[0] in owned and where in partition_periods and where not in open_on_partition:
                 _delete(event_ids, event_id, where[0])
                 dropped_ids += 1

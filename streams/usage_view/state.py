@@ -14,8 +14,9 @@ table              key                         value
                                                (UTC day, currency), the rating core's
                                                :class:`~streams.domain.rating.Usage`, the close,
                                                late usage
-``event_ids``      event id (``ce_id``)        ``[payload digest, period, partition, offset]``:
-                                               deduplication by event id
+``event_ids``      event id (``ce_id``)        ``"<digest> <period> <partition> <offset>"``:
+                                               deduplication by event id (one string:
+                                               the largest table, kept small)
 =================  ==========================  ===============================================
 
 Effectively once without Kafka transactions: faust commits source offsets after the
@@ -143,6 +144,17 @@ def event_period(data: EventData) -> str | None:
     return None
 
 
+def seen_value(digest_text: str, period: str | None, partition: int, offset: int) -> str:
+    """The ``event_ids`` value: ``"<digest> <period or -> <partition> <offset>"``."""
+    return f"{digest_text} {period or '-'} {partition} {offset}"
+
+
+def parse_seen(value: str) -> tuple[str, str | None, int, int]:
+    """``(digest, period, partition, offset)`` of an ``event_ids`` value."""
+    digest_text, period, partition, offset = value.split(" ")
+    return digest_text, None if period == "-" else period, int(partition), int(offset)
+
+
 # --------------------------------------------------------------------------- states
 
 
@@ -203,7 +215,7 @@ class Change:
     period_key: str | None = None
     period: dict[str, Any] | None = None
     event_id: str | None = None
-    event_id_value: list[Any] | None = None
+    event_id_value: str | None = None
     detail: str | None = None
 
 
@@ -228,7 +240,7 @@ def apply(
     offset: int,
     customer: Mapping[str, Any] | None,
     period: Mapping[str, Any] | None,
-    seen: list[Any] | None,
+    seen: str | None,
     book: PriceBook,
     now: datetime,
 ) -> Change:
@@ -250,13 +262,13 @@ def apply(
     # A state value is cumulative: one whose last_offset >= offset already holds the
     # effect of this record (a redelivery after a crash), so it is not applied twice.
     customer_has_it = customer is not None and int(cust["last_offset"]) >= offset
-    ids_value: list[Any] | None = None
+    ids_value: str | None = None
     if isinstance(data, DEDUPLICATED):
         content = digest(envelope)
         if seen is not None:
-            first_offset = int(seen[3]) if len(seen) > 3 else -1
-            if not (int(seen[2]) == partition and first_offset == offset):
-                if seen[0] == content:
+            seen_digest, _, seen_partition, first_offset = parse_seen(seen)
+            if not (seen_partition == partition and first_offset == offset):
+                if seen_digest == content:
                     return Change(Outcome.DUPLICATE, event_id=envelope.id)
                 if customer_has_it:
                     return Change(Outcome.REDELIVERED, event_id=envelope.id)
@@ -268,7 +280,7 @@ def apply(
                 cust["last_offset"] = offset
                 return Change(Outcome.CONFLICT, customer=cust, detail=cust["last_conflict"])
             # the same record again (its id was written, the state maybe not): apply it
-        ids_value = [content, event_period(data), partition, offset]
+        ids_value = seen_value(content, event_period(data), partition, offset)
 
     if isinstance(
         data, CustomerUpserted | SubscriptionStarted | SubscriptionChanged | SubscriptionEnded

@@ -117,7 +117,10 @@ def test_the_one_pass_batch_path_gives_the_per_event_paths_records() -> None:
     body = json.dumps(items).encode()
     fast = validate_batch_fast(body, received_at=NOW)
     assert fast is not None and len(fast) == len(items)
-    slow = [validate(i, item, received_at=NOW) for i, item in enumerate(parse_body(body, BATCH, max_events=10_000)[0])]
+    slow = [
+        validate(i, item, received_at=NOW)
+        for i, item in enumerate(parse_body(body, BATCH, max_events=10_000)[0])
+    ]
     for quick, checked, envelope in zip(fast, slow, envelopes, strict=True):
         assert isinstance(checked, Valid)
         assert quick.record == checked.record and quick.digest == checked.digest

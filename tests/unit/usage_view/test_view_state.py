@@ -44,7 +44,7 @@ class View:
         self.book = book
         self.customers: dict[str, dict[str, Any]] = {}
         self.periods: dict[str, dict[str, Any]] = {}
-        self.ids: dict[str, list[Any]] = {}
+        self.ids: dict[str, str] = {}
         self.outcomes: list[state.Outcome] = []
 
     def feed(

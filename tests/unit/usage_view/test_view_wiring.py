@@ -119,3 +119,45 @@ def test_idempotency_twin() -> None:
     claims.done([("a", "d1")])
     claims.release([("b", "d2")])
     assert claims.claim([("a", "d1"), ("b", "d2")]) == [Claim.DUPLICATE, Claim.NEW]
+
+
+class FakeTable(dict[bytes, Any]):
+    """What :func:`expire` uses of a faust table: the mapping, ``data`` and ``send_changelog``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.data = self
+        self.sent: list[tuple[int, bytes, Any]] = []
+
+    def send_changelog(self, partition: int, key: bytes, value: Any, value_serializer: str | None = None) -> None:
+        self.sent.append((partition, key, value))
+
+
+def test_retention_drops_closed_periods_and_their_ids_with_tombstones_on_their_partition(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from faust.types import TP
+
+    from streams.usage_view import state
+    from streams.usage_view.app import expire
+
+    from dataclasses import replace
+
+    # the open period is kept (retain_open far away), the closed one is past retain_closed
+    cfg = replace(config(tmp_path), retain_open=timedelta(days=100_000))
+    customers, periods, ids = FakeTable(), FakeTable(), FakeTable()
+    closed = {"closed_at": "2024-10-01T00:00:00Z", "offset": 9, "reason": "period_closed"}
+    for customer_id, partition in (("a", 3), ("b", 5)):
+        customers[customer_id.encode()] = {**state.new_customer(customer_id, partition), "periods": ["2024-08", "2024-09"]}
+        for period in ("2024-08", "2024-09"):
+            value = {**state.new_period(customer_id, period, partition), "closed": closed if period == "2024-08" else None}
+            periods[state.period_key(customer_id, period).encode()] = value
+            ids[f"{customer_id}-{period}".encode()] = state.seen_value("d", period, partition, 1)
+    # this instance owns partition 3 only
+    app = SimpleNamespace(assignor=SimpleNamespace(assigned_actives=lambda: {TP(cfg.source_topic, 3)}))
+    dropped = expire(app, cfg, customers, periods, ids)  # type: ignore[arg-type]
+    assert dropped == {"periods": 1, "event_ids": 1}
+    assert b"a|2024-08" not in periods and b"b|2024-08" in periods and b"a|2024-09" in periods
+    assert periods.sent == [(3, b"a|2024-08", None)]
+    assert ids.sent == [(3, b"a-2024-08", None)] and b"b-2024-08" in ids
+    assert customers[b"a"]["periods"] == ["2024-09"] and customers.sent[0][0] == 3
