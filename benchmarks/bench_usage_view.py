@@ -274,17 +274,15 @@ def bench_freshness(p: Pipeline, workdir: Path, args: argparse.Namespace) -> Non
     stop.set()
     thread.join(30)
     rate = sent[0] / (time.perf_counter() - started)
+    _report(f"under ingest load (~{rate:,.0f} events/s through the edge)", loaded)
+
+
+def _report(name: str, values: list[float]) -> None:
     print(
-        f"freshness: event produced -> visible in the view's answer ({args.samples} samples each)"
+        f"  {name}: p50 {1000 * statistics.median(values):.1f} ms, "
+        f"p99 {1000 * _percentile(values, 0.99):.1f} ms, max {1000 * max(values):.1f} ms",
+        flush=True,
     )
-    for name, values in (
-        ("idle", idle),
-        (f"under ingest load (~{rate:,.0f} events/s via the edge)", loaded),
-    ):
-        print(
-            f"  {name}: p50 {1000 * statistics.median(values):.1f} ms, "
-            f"p99 {1000 * _percentile(values, 0.99):.1f} ms, max {1000 * max(values):.1f} ms"
-        )
 
 
 def _rss_mb(pid: int) -> float:
