@@ -161,3 +161,30 @@ def test_retention_drops_closed_periods_and_their_ids_with_tombstones_on_their_p
     assert periods.sent == [(3, b"a|2024-08", None)]
     assert ids.sent == [(3, b"a-2024-08", None)] and b"b-2024-08" in ids
     assert customers[b"a"]["periods"] == ["2024-09"] and customers.sent[0][0] == 3
+
+
+def test_price_book_file_reloads_and_keeps_the_last_good_book(tmp_path: Path) -> None:
+    import os
+
+    from streams.domain.rating import PriceBookError
+    from streams.usage_view.price_book import FilePriceBook, PublishedPriceBooks
+
+    book_file = tmp_path / "book.yaml"
+    book_file.write_text((ROOT / "examples" / "pricing" / "price-book.yaml").read_text())
+    source = FilePriceBook(book_file)
+    book, label = source.current()
+    assert book.plan("growth") is not None and label == "file book.yaml"
+    book_file.write_text("schema_version: 1\nmetrics: []\nplans: []\n")
+    os.utime(book_file, ns=(1, 1))
+    assert source.current()[0].plans == ()
+    book_file.write_text("plans: [{code: 1}]\n")  # invalid: logged, the last good book kept
+    os.utime(book_file, ns=(2, 2))
+    assert source.current()[0].plans == ()
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("plans: nope\n")
+    with pytest.raises(PriceBookError):
+        FilePriceBook(bad)
+    published = PublishedPriceBooks(fallback=source)
+    assert published.current()[0].plans == ()
+    published.publish("2024-07-01.1", book.model_dump(mode="json"))
+    assert published.current() == (book, "published 2024-07-01.1")
