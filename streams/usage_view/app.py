@@ -178,6 +178,7 @@ def create_app(config: ViewConfig, price_books: PriceBookSource) -> faust.App:
     customers = table("customers", "customer id → customer state (name, currency, subscriptions)")
     periods = table("periods", "customer|period → usage to date of that billing period")
     event_ids = table("event_ids", "event id → 'digest period partition offset' (dedup)")
+    usage_days = table("usage_days", "customer|period|day → that day's metered aggregates")
     next_offsets: dict[int, int] = {}
 
     def handle(
@@ -208,6 +209,7 @@ def create_app(config: ViewConfig, price_books: PriceBookSource) -> faust.App:
         book, _ = price_books.current()
         period_name = state.event_period(envelope.data)
         key_of_period = state.period_key(envelope.subject, period_name) if period_name else None
+        day_key = state.usage_day_key(envelope.subject, envelope.data)
         try:
             change = state.apply(
                 envelope,
@@ -218,6 +220,7 @@ def create_app(config: ViewConfig, price_books: PriceBookSource) -> faust.App:
                 seen=event_ids.get(envelope.id.encode()),
                 book=book,
                 now=datetime.now(UTC),
+                day=usage_days.get(day_key.encode()) if day_key else None,
             )
         except (DomainError, RatingError) as exc:
             # Valid by the contract, but not aggregatable (e.g. the stored usage is of
@@ -236,6 +239,8 @@ def create_app(config: ViewConfig, price_books: PriceBookSource) -> faust.App:
                 exc,
             )
         # periods and event ids first, the customer last (any order is safe: see state)
+        if change.day is not None and change.day_key is not None:
+            usage_days[change.day_key.encode()] = change.day
         if change.period is not None and change.period_key is not None:
             periods[change.period_key.encode()] = change.period
         if change.event_id_value is not None and change.event_id is not None:
@@ -285,7 +290,7 @@ def create_app(config: ViewConfig, price_books: PriceBookSource) -> faust.App:
             metrics.VIEW_LAG.labels(str(tp.partition)).set(max(0, int(high) - int(position)))
 
     async def retention() -> None:
-        expire(app, config, customers, periods, event_ids)
+        expire(app, config, customers, periods, event_ids, usage_days)
 
     app.timer(interval=5.0)(report_lag)
     app.timer(interval=config.cleanup_interval_s)(retention)
@@ -339,11 +344,17 @@ def create_app(config: ViewConfig, price_books: PriceBookSource) -> faust.App:
                     f"no event of customer {customer_id!r} has reached the view",
                 )
             book, label = price_books.current()
+            period_state = periods.get(state.period_key(customer_id, str(period)).encode())
+            days = {
+                day: usage_days.get(f"{customer_id}|{period}|{day}".encode()) or state.new_day()
+                for day in (period_state or {}).get("usage_days", [])
+            }
             try:
                 answer = preview(
                     customer,
-                    periods.get(state.period_key(customer_id, str(period)).encode()),
+                    period_state,
                     period,
+                    days=days,
                     book=book,
                     book_label=label,
                     served_by=served_by,
@@ -377,7 +388,7 @@ def create_app(config: ViewConfig, price_books: PriceBookSource) -> faust.App:
     return app
 
 
-TABLES = ("customers", "periods", "event_ids")
+TABLES = ("customers", "periods", "event_ids", "usage_days")
 
 
 def changelog_topics(config: ViewConfig) -> tuple[TopicSpec, ...]:
@@ -398,13 +409,18 @@ def changelog_topics(config: ViewConfig) -> tuple[TopicSpec, ...]:
     )
 
 
-def tables_of(app: faust.App) -> tuple[Any, Any, Any]:
-    """``(customers, periods, event_ids)`` of a view app."""
-    return app.tables["customers"], app.tables["periods"], app.tables["event_ids"]
+def tables_of(app: faust.App) -> tuple[Any, ...]:
+    """``(customers, periods, event_ids, usage_days)`` of a view app."""
+    return tuple(app.tables[name] for name in TABLES)
 
 
 def expire(
-    app: faust.App, config: ViewConfig, customers: Any, periods: Any, event_ids: Any
+    app: faust.App,
+    config: ViewConfig,
+    customers: Any,
+    periods: Any,
+    event_ids: Any,
+    usage_days: Any = None,
 ) -> dict[str, int]:
     """Drop the periods past retention on the partitions this instance owns, their
     event ids, and the period from the customer's list; each deletion is a
@@ -422,6 +438,7 @@ def expire(
         tp.partition for tp in app.assignor.assigned_actives() if tp.topic == config.source_topic
     }
     gone: dict[bytes, tuple[int, str, str]] = {}
+    gone_days: list[tuple[bytes, int]] = []
     for key, value in list(periods.items()):
         if value is None or int(value.get("partition", -1)) not in owned:
             continue
@@ -430,6 +447,10 @@ def expire(
         ):
             customer_id, period = state.split_period_key(key.decode())
             gone[key] = (int(value["partition"]), customer_id, period)
+            gone_days.extend(
+                (f"{key.decode()}|{day}".encode(), int(value["partition"]))
+                for day in value.get("usage_days", [])
+            )
     dropped_ids = 0
     if gone:
         periods_gone = {(customer_id, period) for _, customer_id, period in gone.values()}
@@ -438,6 +459,9 @@ def expire(
         for key, (partition, customer_id, period) in gone.items():
             _delete(periods, key, partition)
             by_customer.setdefault(customer_id, set()).add(period)
+        if usage_days is not None:
+            for day_key, partition in gone_days:
+                _delete(usage_days, day_key, partition)
         # An id's value holds its period and partition, not its customer: an id is
         # dropped when a dropped period shares both (a customer of the same partition
         # whose same period is still open keeps ids it may see again, a bound, not a leak:
@@ -471,7 +495,10 @@ def expire(
         log.info(
             "usage view retention: dropped %d period(s), %d event id(s)", len(gone), dropped_ids
         )
-    for name, tbl in (("customers", customers), ("periods", periods), ("event_ids", event_ids)):
+    tables = {"customers": customers, "periods": periods, "event_ids": event_ids}
+    if usage_days is not None:
+        tables["usage_days"] = usage_days
+    for name, tbl in tables.items():
         metrics.VIEW_KEYS.labels(name).set(sum(1 for _ in tbl))
     return {"periods": len(gone), "event_ids": dropped_ids}
 

@@ -31,43 +31,11 @@ from streams.usage_view.models import (
     UsageResponse,
     UsageToDate,
 )
-from streams.usage_view.state import add_decimal, new_period, subscription_events
+from streams.usage_view.state import add_decimal, new_period, subscription_events, usage_of_days
 
 #: The invoicing worker's default when a customer has no ``customer.upserted`` yet
 #: (it refuses to invoice then): the view previews in the lines' currency.
 _NO_CURRENCY = "USD"
-
-
-def reprojected(
-    stored: Mapping[str, Any] | None, period: BillingPeriod, book: PriceBook
-) -> tuple[Usage, list[str]]:
-    """The stored usage under ``book``'s metric definitions, and the codes of metrics
-    whose definition changed since their events were aggregated (their aggregates
-    cannot be rebuilt from the view's state: reported as ``stale_aggregates``).
-
-    A metric the book no longer defines counts as "unknown" (rating holds it, as the
-    invoice job would); a metric the book defines without events is simply empty.
-    """
-    target = Usage.for_book(period, book)
-    if stored is None:
-        return target, []
-    usage = Usage.from_json(stored)
-    stale: set[str] = set()
-    for day, per_metric in usage.days.items():
-        for code, metric_usage in per_metric.items():
-            definition = target.metrics.get(code)
-            if definition is None:
-                counts = target.unknown.setdefault(day, {})
-                counts[code] = counts.get(code, 0) + metric_usage.events
-            elif definition != metric_usage.metric:
-                stale.add(code)
-            else:
-                target.days.setdefault(day, {})[code] = metric_usage
-    for day, counts in usage.unknown.items():
-        mine = target.unknown.setdefault(day, {})
-        for code, count in counts.items():
-            mine[code] = mine.get(code, 0) + count
-    return target, sorted(stale)
 
 
 def pass_through_lines(
@@ -157,12 +125,15 @@ def preview(
     period_state: Mapping[str, Any] | None,
     period: BillingPeriod,
     *,
+    days: Mapping[str, Mapping[str, Any]] | None = None,
     book: PriceBook,
     book_label: str,
     served_by: str,
     partition: int,
 ) -> UsageResponse:
     """The view's answer for ``customer``'s ``period``.
+
+    ``days``: the period's ``usage_days`` values by ``YYYY-MM-DD``.
 
     Raises:
         RatingError: the stored state is inconsistent with itself (a bug, not a gap:
@@ -200,7 +171,7 @@ def preview(
                 "and hold the invoice",
             )
         )
-    usage, stale = reprojected(state["usage"], period, book)
+    usage, stale = usage_of_days(period, days or {}, book)
     if stale:
         notes.append(
             HoldNote(

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
@@ -51,15 +52,18 @@ class StaticPriceBook:
 
 
 class FilePriceBook:
-    """A YAML price book file, reloaded when its modification time or size changes.
+    """A YAML price book file, reloaded when its modification time or size changes
+    (looked at most once per ``check_every_s``: the view asks on every record).
 
     Raises (constructor):
         PriceBookError: the file does not validate at start (every issue listed).
         OSError: the file cannot be read.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, check_every_s: float = 1.0) -> None:
         self.path = path
+        self.check_every_s = check_every_s
+        self._checked = time.monotonic()
         self._lock = threading.Lock()
         self._stamp = self._stat()
         self._book = load_price_book(path.read_text(encoding="utf-8"), source=str(path))
@@ -70,6 +74,9 @@ class FilePriceBook:
 
     def current(self) -> tuple[PriceBook, str]:
         with self._lock:
+            if time.monotonic() - self._checked < self.check_every_s:
+                return self._book, f"file {self.path.name}"
+            self._checked = time.monotonic()
             try:
                 stamp = self._stat()
                 if stamp != self._stamp:

@@ -1,6 +1,6 @@
 """The usage view's state and how one account event changes it (pure: no faust, no I/O).
 
-The faust app (:mod:`streams.usage_view.app`) keeps three changelog-backed tables;
+The faust app (:mod:`streams.usage_view.app`) keeps four changelog-backed tables;
 this module owns what their values mean, as plain JSON (decimals as strings), so
 the same rules run in unit tests without Kafka:
 
@@ -12,8 +12,13 @@ table              key                         value
                                                records, the periods held
 ``periods``        ``"<customer>|<YYYY-MM>"``  :class:`PeriodState` JSON: pass-through sums per
                                                (UTC day, currency), the rating core's
-                                               :class:`~streams.domain.rating.Usage`, the close,
+                                               the days with metered usage, the close,
                                                late usage
+``usage_days``     ``"<customer>|<YYYY-MM>|    one UTC day's metered aggregates: per metric
+                   <YYYY-MM-DD>"``             code its definition, the rating core's
+                                               ``MetricUsage`` JSON, and unknown metrics'
+                                               counts (a day at a time: an event rewrites
+                                               its day, not the whole period)
 ``event_ids``      event id (``ce_id``)        ``"<digest> <period> <partition> <offset>"``:
                                                deduplication by event id (one string:
                                                the largest table, kept small)
@@ -24,7 +29,8 @@ changelog writes, so after a crash a record can be handled again. Every state
 value remembers the offset of the last record applied to it (all records of one
 customer are on one partition, in order), and ``event_ids`` remembers the offset
 where an id was first seen, so a redelivered record is recognised whichever of
-the two changelog writes reached the broker before the crash.
+the changelog writes reached the broker before the crash (a ``usage_days`` value
+keeps its own ``last_offset``: its write and the period's are separate records).
 
 Why pass-through usage is kept as sums per (day, currency), not lines: rating
 multiplies each pre-priced line by ``1 + markup/100`` and sums exactly (no
@@ -60,7 +66,8 @@ from streams.domain.events import (
     UsageRecorded,
 )
 from streams.domain.periods import BillingPeriod
-from streams.domain.rating import MeteredEvent, PriceBook, Usage
+from streams.domain.rating import BillableMetric, MeteredEvent, PriceBook, Usage
+from streams.domain.rating.aggregate import MetricUsage
 
 #: Separator of the ``periods`` table key: customer ids never contain it
 #: (:data:`streams.domain.events.CustomerId`).
@@ -184,7 +191,7 @@ def new_period(customer_id: str, period: str, partition: int) -> dict[str, Any]:
         "last_offset": -1,
         "pass_through": {},
         "pass_through_lines": 0,
-        "usage": None,
+        "usage_days": [],
         "metered_events": 0,
         "closed": None,
         "late": {"pass_through": {}, "pass_through_lines": 0, "metered_events": 0},
@@ -214,6 +221,8 @@ class Change:
     customer: dict[str, Any] | None = None
     period_key: str | None = None
     period: dict[str, Any] | None = None
+    day_key: str | None = None
+    day: dict[str, Any] | None = None
     event_id: str | None = None
     event_id_value: str | None = None
     detail: str | None = None
@@ -243,6 +252,7 @@ def apply(
     seen: str | None,
     book: PriceBook,
     now: datetime,
+    day: Mapping[str, Any] | None = None,
 ) -> Change:
     """How the decoded record at ``partition``/``offset`` changes the view.
 
@@ -250,6 +260,7 @@ def apply(
         customer: the ``customers`` value of the record's customer, if any.
         period: the ``periods`` value of (customer, :func:`event_period`), if any.
         seen: the ``event_ids`` value of the record's id, if any.
+        day: the ``usage_days`` value of :func:`usage_day_key` (metered events), if any.
         book: the price book in force (metric definitions for new metered usage).
         now: processing time (UTC), kept as the period's ``last_event_at``.
 
@@ -313,10 +324,18 @@ def apply(
         cust["periods"] = sorted({*cust["periods"], period_name})
         changed_customer = cust
     if period is not None and int(state["last_offset"]) >= offset:
-        # the period's write reached the changelog before a crash: not applied again
+        # the period's write reached the changelog before a crash: not applied again,
+        # but a metered event's day is its own record, which may not have (its
+        # last_offset says; an event after the close adds to no day)
+        day_value = None
+        closed = state["closed"]
+        if isinstance(data, UsageMetered) and (closed is None or offset < int(closed["offset"])):
+            _, day_value = _add_metered(envelope.id, data, day, book, offset)
         return Change(
             Outcome.REDELIVERED,
             customer=changed_customer,
+            day_key=usage_day_key(customer_id, data) if day_value is not None else None,
+            day=day_value,
             event_id=envelope.id if ids_value is not None else None,
             event_id_value=ids_value,
         )
@@ -340,10 +359,10 @@ def apply(
     state["last_event_at"] = stamp
     state["last_event_id"] = envelope.id
     if isinstance(data, UsageRecorded):
-        day = clamped_day(data.event_time, BillingPeriod.parse(period_name)).isoformat()
+        line_day = clamped_day(data.event_time, BillingPeriod.parse(period_name)).isoformat()
         target = state["late"] if late else state
         sums = {d: dict(per) for d, per in target["pass_through"].items()}
-        per_day = sums.setdefault(day, {})
+        per_day = sums.setdefault(line_day, {})
         per_day[data.currency] = add_decimal(per_day.get(data.currency), data.amount)
         target["pass_through"] = sums
         target["pass_through_lines"] = int(target["pass_through_lines"]) + 1
@@ -358,19 +377,21 @@ def apply(
             }
             outcome = Outcome.LATE
         else:
-            usage = (
-                Usage.for_book(BillingPeriod.parse(period_name), book)
-                if state["usage"] is None
-                else Usage.from_json(state["usage"])
-            )
-            # A metric the book defines now but did not when the period began: aggregate
-            # under its current definition from here on (earlier events were "unknown").
-            definition = book.metric(data.metric)
-            if definition is not None and data.metric not in usage.metrics:
-                usage.metrics[data.metric] = definition
-            usage.add(MeteredEvent.of(envelope.id, data))
-            state["usage"] = usage.to_json()
+            day_key, day_value = _add_metered(envelope.id, data, day, book, offset)
             state["metered_events"] = int(state["metered_events"]) + 1
+            day_text = data.event_time.astimezone(UTC).date().isoformat()
+            if day_text not in state["usage_days"]:
+                state["usage_days"] = sorted([*state["usage_days"], day_text])
+            return Change(
+                outcome,
+                customer=changed_customer,
+                period_key=key,
+                period=state,
+                day_key=day_key,
+                day=day_value,
+                event_id=envelope.id if ids_value is not None else None,
+                event_id_value=ids_value,
+            )
     return Change(
         outcome,
         customer=changed_customer,
@@ -379,6 +400,83 @@ def apply(
         event_id=envelope.id if ids_value is not None else None,
         event_id_value=ids_value,
     )
+
+
+def usage_day_key(customer_id: str, data: EventData) -> str | None:
+    """The ``usage_days`` key a ``usage.metered`` event adds to (``None`` for others)."""
+    if not isinstance(data, UsageMetered):
+        return None
+    day = data.event_time.astimezone(UTC).date()
+    return f"{customer_id}{KEY_SEPARATOR}{day.strftime('%Y-%m')}{KEY_SEPARATOR}{day.isoformat()}"
+
+
+def new_day() -> dict[str, Any]:
+    """An empty ``usage_days`` value (``last_offset``: the last record applied to it)."""
+    return {"metrics": {}, "usage": {}, "unknown": {}, "last_offset": -1}
+
+
+def _add_metered(
+    event_id: str,
+    data: UsageMetered,
+    day: Mapping[str, Any] | None,
+    book: PriceBook,
+    offset: int,
+) -> tuple[str, dict[str, Any] | None]:
+    """The day's aggregates with the event at ``offset`` added (``None``: the day's
+    write of that record reached the changelog before a crash, the day holds it
+    already). A metric is aggregated under the definition it had when the day's first
+    event of it arrived (kept with it, so the preview can tell a redefined metric); a
+    metric the book does not define is counted."""
+    key = usage_day_key(data.customer_id, data)
+    assert key is not None  # a usage.metered event
+    if day is not None and int(day.get("last_offset", -1)) >= offset:
+        return key, None
+    value: dict[str, Any] = {
+        "metrics": dict(day["metrics"]) if day else {},
+        "usage": dict(day["usage"]) if day else {},
+        "unknown": dict(day["unknown"]) if day else {},
+        "last_offset": offset,
+    }
+    code = data.metric
+    stored = value["metrics"].get(code)
+    metric = BillableMetric.model_validate(stored) if stored is not None else book.metric(code)
+    if metric is None:
+        value["unknown"][code] = int(value["unknown"].get(code, 0)) + 1
+        return key, value
+    body = value["usage"].get(code)
+    usage = MetricUsage.from_json(metric, body) if body is not None else MetricUsage(metric)
+    usage.add(MeteredEvent.of(event_id, data))
+    value["metrics"][code] = metric.model_dump(mode="json")
+    value["usage"][code] = usage.to_json()
+    return key, value
+
+
+def usage_of_days(
+    period: BillingPeriod, days: Mapping[str, Mapping[str, Any]], book: PriceBook
+) -> tuple[Usage, list[str]]:
+    """The period's :class:`~streams.domain.rating.Usage` under ``book``'s metric
+    definitions, from its ``usage_days`` values (by ``YYYY-MM-DD``), and the codes of
+    metrics aggregated under another definition than the book's (not rebuildable from
+    aggregates: reported as ``stale_aggregates`` and left out). A metric the book no
+    longer defines counts as unknown (rating holds it, as the invoice job would)."""
+    usage = Usage.for_book(period, book)
+    stale: set[str] = set()
+    for day_text, value in days.items():
+        day = date.fromisoformat(day_text)
+        for code, body in value.get("usage", {}).items():
+            definition = usage.metrics.get(code)
+            stored = BillableMetric.model_validate(value["metrics"][code])
+            if definition is None:
+                counts = usage.unknown.setdefault(day, {})
+                counts[code] = counts.get(code, 0) + int(body["events"])
+            elif definition != stored:
+                stale.add(code)
+            else:
+                usage.days.setdefault(day, {})[code] = MetricUsage.from_json(definition, body)
+        for code, count in value.get("unknown", {}).items():
+            counts = usage.unknown.setdefault(day, {})
+            counts[code] = counts.get(code, 0) + int(count)
+    return usage, sorted(stale)
 
 
 def _fold_late(state: dict[str, Any]) -> None:

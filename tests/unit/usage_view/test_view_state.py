@@ -45,6 +45,7 @@ class View:
         self.customers: dict[str, dict[str, Any]] = {}
         self.periods: dict[str, dict[str, Any]] = {}
         self.ids: dict[str, str] = {}
+        self.days: dict[str, dict[str, Any]] = {}
         self.outcomes: list[state.Outcome] = []
 
     def feed(
@@ -61,8 +62,11 @@ class View:
             seen=self.ids.get(envelope.id),
             book=self.book,
             now=NOW,
+            day=self.days.get(state.usage_day_key(envelope.subject, envelope.data) or ""),
         )
         # ``write`` simulates a crash after only some changelog writes reached the broker
+        if change.day is not None and change.day_key and write in ("all", "day"):
+            self.days[change.day_key] = change.day
         if change.period is not None and change.period_key and write in ("all", "period"):
             self.periods[change.period_key] = change.period
         if change.event_id_value is not None and change.event_id and write in ("all", "ids"):
@@ -73,10 +77,16 @@ class View:
         return change
 
     def answer(self, customer: str, period: BillingPeriod = PERIOD) -> Any:
+        period_state = self.periods.get(state.period_key(customer, str(period)))
+        days = {
+            day: self.days.get(f"{customer}|{period}|{day}", state.new_day())
+            for day in (period_state or {}).get("usage_days", [])
+        }
         return preview(
             self.customers[customer],
-            self.periods.get(state.period_key(customer, str(period))),
+            period_state,
             period,
+            days=days,
             book=self.book,
             book_label="test",
             served_by="test",
@@ -344,3 +354,44 @@ def test_answers_validate_against_the_committed_http_schemas() -> None:
     Draft202012Validator(problem).validate(
         {"type": "about:blank", "title": "Bad period", "status": 400}
     )
+
+
+def _egress(event_id: str, gb: str, day: int = 4) -> Envelope:
+    data = UsageMetered(
+        customer_id="acme",
+        metric="egress_gb",
+        event_time=datetime(2024, 9, day, 12, tzinfo=UTC),
+        properties={"gb": gb, "region": "eu"},
+    )
+    return Envelope.wrap(data, id=event_id, source="t")
+
+
+@pytest.mark.parametrize("written", ["day", "period", "ids", "customer", "none"])
+def test_a_metered_record_handled_again_after_a_crash_counts_once(written: str) -> None:
+    """The day's aggregates and the period are separate changelog records: a crash
+    after either one reached the broker, then the redelivery, still counts once."""
+
+    def run(crash: bool) -> Any:
+        view = View()
+        view.feed(customer(), 0)
+        start = SubscriptionStarted(
+            customer_id="acme",
+            effective_at=datetime(2024, 9, 1, tzinfo=UTC),
+            plan_code="growth",
+            plan_version=1,
+        )
+        view.feed(Envelope.wrap(start, id="s1", source="t"), 1)
+        view.feed(_egress("m1", "10"), 2)
+        if crash:
+            view.feed(_egress("m2", "30"), 3, write=written)
+        view.feed(_egress("m2", "30"), 3)  # the redelivery, same partition and offset
+        view.feed(_egress("m3", "5", day=5), 4)
+        return view, view.answer("acme")
+
+    _, clean = run(crash=False)
+    view, crashed = run(crash=True)
+    assert crashed.upcoming_invoice.exact_total == clean.upcoming_invoice.exact_total
+    assert crashed.upcoming_invoice.subtotal == clean.upcoming_invoice.subtotal
+    assert crashed.usage == clean.usage
+    day = view.days["acme|2024-09|2024-09-04"]
+    assert day["usage"]["egress_gb"]["events"] == 2 and day["last_offset"] == 3

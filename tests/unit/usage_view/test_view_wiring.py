@@ -56,7 +56,7 @@ def test_aiokafka_default_partitioner_is_javas_murmur2_on_the_raw_id() -> None:
 
 def test_tables_key_by_raw_bytes_and_share_the_source_partitioning(tmp_path: Path) -> None:
     app = create_app(config(tmp_path), StaticPriceBook())
-    for name in ("customers", "periods", "event_ids"):
+    for name in ("customers", "periods", "event_ids", "usage_days"):
         table: Any = app.tables[name]
         assert table.key_serializer == "raw", name
         topic = table.changelog_topic
@@ -66,7 +66,7 @@ def test_tables_key_by_raw_bytes_and_share_the_source_partitioning(tmp_path: Pat
         assert table.partitions == 12 and not table.use_partitioner
     specs = changelog_topics(config(tmp_path))
     assert [s.name for s in specs] == [
-        f"t-view-{n}-changelog" for n in ("customers", "periods", "event_ids")
+        f"t-view-{n}-changelog" for n in ("customers", "periods", "event_ids", "usage_days")
     ]
     assert {s.partitions for s in specs} == {12} and {s.cleanup_policy for s in specs} == {
         "compact"
@@ -129,11 +129,16 @@ class FakeTable(dict[bytes, Any]):
         self.data = self
         self.sent: list[tuple[int, bytes, Any]] = []
 
-    def send_changelog(self, partition: int, key: bytes, value: Any, value_serializer: str | None = None) -> None:
+    def send_changelog(
+        self, partition: int, key: bytes, value: Any, value_serializer: str | None = None
+    ) -> None:
         self.sent.append((partition, key, value))
 
 
-def test_retention_drops_closed_periods_and_their_ids_with_tombstones_on_their_partition(tmp_path: Path) -> None:
+def test_retention_drops_closed_periods_and_their_ids_with_tombstones_on_their_partition(
+    tmp_path: Path,
+) -> None:
+    from dataclasses import replace
     from types import SimpleNamespace
 
     from faust.types import TP
@@ -141,20 +146,26 @@ def test_retention_drops_closed_periods_and_their_ids_with_tombstones_on_their_p
     from streams.usage_view import state
     from streams.usage_view.app import expire
 
-    from dataclasses import replace
-
     # the open period is kept (retain_open far away), the closed one is past retain_closed
     cfg = replace(config(tmp_path), retain_open=timedelta(days=100_000))
     customers, periods, ids = FakeTable(), FakeTable(), FakeTable()
     closed = {"closed_at": "2024-10-01T00:00:00Z", "offset": 9, "reason": "period_closed"}
     for customer_id, partition in (("a", 3), ("b", 5)):
-        customers[customer_id.encode()] = {**state.new_customer(customer_id, partition), "periods": ["2024-08", "2024-09"]}
+        customers[customer_id.encode()] = {
+            **state.new_customer(customer_id, partition),
+            "periods": ["2024-08", "2024-09"],
+        }
         for period in ("2024-08", "2024-09"):
-            value = {**state.new_period(customer_id, period, partition), "closed": closed if period == "2024-08" else None}
+            value = {
+                **state.new_period(customer_id, period, partition),
+                "closed": closed if period == "2024-08" else None,
+            }
             periods[state.period_key(customer_id, period).encode()] = value
             ids[f"{customer_id}-{period}".encode()] = state.seen_value("d", period, partition, 1)
     # this instance owns partition 3 only
-    app = SimpleNamespace(assignor=SimpleNamespace(assigned_actives=lambda: {TP(cfg.source_topic, 3)}))
+    app = SimpleNamespace(
+        assignor=SimpleNamespace(assigned_actives=lambda: {TP(cfg.source_topic, 3)})
+    )
     dropped = expire(app, cfg, customers, periods, ids)  # type: ignore[arg-type]
     assert dropped == {"periods": 1, "event_ids": 1}
     assert b"a|2024-08" not in periods and b"b|2024-08" in periods and b"a|2024-09" in periods
@@ -171,7 +182,7 @@ def test_price_book_file_reloads_and_keeps_the_last_good_book(tmp_path: Path) ->
 
     book_file = tmp_path / "book.yaml"
     book_file.write_text((ROOT / "examples" / "pricing" / "price-book.yaml").read_text())
-    source = FilePriceBook(book_file)
+    source = FilePriceBook(book_file, check_every_s=0)
     book, label = source.current()
     assert book.plan("growth") is not None and label == "file book.yaml"
     book_file.write_text("schema_version: 1\nmetrics: []\nplans: []\n")
