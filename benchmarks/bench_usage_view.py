@@ -350,9 +350,11 @@ def bench_memory(p: Pipeline, workdir: Path, args: argparse.Namespace) -> None:
     )
 
 
-def main() -> None:
+def main(argv: list[str] | None = None, prog: str | None = None) -> None:
+    """Run one benchmark (``argv``: ``ingest|freshness|memory [options]``, default the
+    command line's)."""
     parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     sub = parser.add_subparsers(dest="what", required=True)
     ingest = sub.add_parser("ingest")
@@ -371,7 +373,7 @@ def main() -> None:
     memory.add_argument("--customers", type=int, default=2_000)
     memory.add_argument("--lines", type=int, default=100)
     memory.add_argument("--metered", type=int, default=100)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     unique = "v" + uuid.uuid4().hex[:8]
     with (
         tempfile.TemporaryDirectory() as tmp,

@@ -52,7 +52,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from streams.domain.codec import decode
 from streams.domain.errors import DomainError, InvalidEvent
-from streams.domain.events import CustomerId, event_models
+from streams.domain.events import CustomerId, UsageMetered, event_models
 from streams.domain.periods import BillingPeriod
 from streams.domain.rating import RatingError
 from streams.topics import ACCOUNT_EVENTS, TopicSpec
@@ -207,6 +207,9 @@ def create_app(config: ViewConfig, price_books: PriceBookSource) -> faust.App:
             metrics.VIEW_RECORDS.labels("unknown", change.outcome.value).inc()
             return
         book, _ = price_books.current()
+        if isinstance(envelope.data, UsageMetered) and book.metric(envelope.data.metric) is None:
+            # a book published a moment ago may define it: look now (rare: once per such event)
+            book, _ = price_books.current(refresh=True)
         period_name = state.event_period(envelope.data)
         key_of_period = state.period_key(envelope.subject, period_name) if period_name else None
         day_key = state.usage_day_key(envelope.subject, envelope.data)

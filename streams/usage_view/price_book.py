@@ -1,7 +1,10 @@
 """The price book the view rates under: the seam between where books come from and the view.
 
 The view asks a :class:`PriceBookSource` for the book in force on every request
-and on every metered event (``current()``). Two sources feed one holder:
+and on every metered event (``current()``). The sources:
+
+* :class:`DatabasePriceBook` — the book published in PostgreSQL (``invoicing plans
+  publish``), the one the invoice job rates under: the default when no file is given.
 
 * :class:`FilePriceBook` — a YAML file (``--price-book FILE`` or
   ``INVOICING_VIEW__PRICE_BOOK``), loaded with the rating core's validating
@@ -23,7 +26,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -35,9 +38,13 @@ EMPTY_LABEL = "empty (pass-through only)"
 
 
 class PriceBookSource(Protocol):
-    """Where the view gets its price book: ``current()`` → (book, label for answers)."""
+    """Where the view gets its price book: ``current()`` → (book, label for answers).
 
-    def current(self) -> tuple[PriceBook, str]: ...
+    ``refresh=True``: look at the source now rather than trust a recent look (the
+    view asks so when a metered event names a metric the book it holds lacks: a book
+    published a moment ago must not leave that event aggregated as unknown)."""
+
+    def current(self, *, refresh: bool = False) -> tuple[PriceBook, str]: ...
 
 
 class StaticPriceBook:
@@ -47,7 +54,7 @@ class StaticPriceBook:
         self._book = book or PriceBook()
         self._label = label
 
-    def current(self) -> tuple[PriceBook, str]:
+    def current(self, *, refresh: bool = False) -> tuple[PriceBook, str]:
         return self._book, self._label
 
 
@@ -72,9 +79,9 @@ class FilePriceBook:
         st = self.path.stat()
         return st.st_mtime_ns, st.st_size
 
-    def current(self) -> tuple[PriceBook, str]:
+    def current(self, *, refresh: bool = False) -> tuple[PriceBook, str]:
         with self._lock:
-            if time.monotonic() - self._checked < self.check_every_s:
+            if not refresh and time.monotonic() - self._checked < self.check_every_s:
                 return self._book, f"file {self.path.name}"
             self._checked = time.monotonic()
             try:
@@ -111,9 +118,56 @@ class PublishedPriceBooks:
         with self._lock:
             self._books[version] = book
 
-    def current(self) -> tuple[PriceBook, str]:
+    def current(self, *, refresh: bool = False) -> tuple[PriceBook, str]:
         with self._lock:
             if not self._books:
-                return self._fallback.current()
+                return self._fallback.current(refresh=refresh)
             version = max(self._books)
             return self._books[version], f"published {version}"
+
+
+class DatabasePriceBook:
+    """The published price book, read from PostgreSQL as the invoice job reads it
+    (``invoicing plans publish`` appends entries; the same ``book_fingerprint`` /
+    ``published_book`` reads as :class:`streams.billing.rating.PriceBooks`), so the
+    preview rates under the book the invoice will.
+
+    ``read_fingerprint()`` and ``read_book()`` each open their own connection (the
+    composition root, :func:`streams.bootstrap.view_price_books`, builds them on the
+    view's own login). The book is re-read only when the fingerprint changed, and
+    the fingerprint looked at most once per ``check_every_s`` (default 2 s) unless
+    ``refresh=True``. A failed read is logged and the last good book kept; before
+    the first good read, ``fallback`` (default the empty book) answers.
+    """
+
+    def __init__(
+        self,
+        read_fingerprint: Callable[[], tuple[int, int]],
+        read_book: Callable[[], PriceBook],
+        *,
+        check_every_s: float = 2.0,
+        fallback: PriceBookSource | None = None,
+    ) -> None:
+        self._read_fingerprint = read_fingerprint
+        self._read_book = read_book
+        self.check_every_s = check_every_s
+        self._fallback = fallback or StaticPriceBook()
+        self._lock = threading.Lock()
+        self._checked = float("-inf")
+        self._loaded: tuple[tuple[int, int], PriceBook] | None = None
+
+    def current(self, *, refresh: bool = False) -> tuple[PriceBook, str]:
+        with self._lock:
+            if refresh or time.monotonic() - self._checked >= self.check_every_s:
+                self._checked = time.monotonic()
+                try:
+                    fingerprint = self._read_fingerprint()
+                    if self._loaded is None or self._loaded[0] != fingerprint:
+                        self._loaded = (fingerprint, self._read_book())
+                        log.info("published price book (re)loaded: %s", fingerprint)
+                except Exception as exc:  # a database or book error: keep what we have
+                    log.error("published price book not read, keeping the last good one: %s", exc)
+            if self._loaded is None:
+                return self._fallback.current(refresh=refresh)
+            (metrics, versions), book = self._loaded
+            return book, f"published ({metrics} metric(s), {versions} plan version(s))"

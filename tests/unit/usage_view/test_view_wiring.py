@@ -199,3 +199,36 @@ def test_price_book_file_reloads_and_keeps_the_last_good_book(tmp_path: Path) ->
     assert published.current()[0].plans == ()
     published.publish("2024-07-01.1", book.model_dump(mode="json"))
     assert published.current() == (book, "published 2024-07-01.1")
+
+
+def test_database_price_book_reads_the_book_only_when_its_fingerprint_changes() -> None:
+    from streams.domain.rating import PriceBook, load_price_book
+    from streams.usage_view.price_book import EMPTY_LABEL, DatabasePriceBook
+
+    relay = load_price_book((ROOT / "examples" / "pricing" / "price-book.yaml").read_text())
+    published: list[tuple[tuple[int, int], PriceBook]] = []
+    reads = {"fingerprint": 0, "book": 0}
+    failing = [False]
+
+    def fingerprint() -> tuple[int, int]:
+        reads["fingerprint"] += 1
+        if failing[0]:
+            raise OSError("database down")
+        return published[-1][0] if published else (0, 0)
+
+    def book() -> PriceBook:
+        reads["book"] += 1
+        return published[-1][1] if published else PriceBook()
+
+    source = DatabasePriceBook(fingerprint, book, check_every_s=3600)
+    assert source.current()[0] == PriceBook() and reads == {"fingerprint": 1, "book": 1}
+    published.append(((5, 2), relay))
+    assert source.current()[0] == PriceBook()  # within check_every_s: not looked at
+    assert reads["fingerprint"] == 1
+    fresh, label = source.current(refresh=True)  # e.g. a metered event of an unknown metric
+    assert fresh.plan("growth") is not None and label.startswith("published (5 metric(s)")
+    assert source.current(refresh=True)[0] is fresh and reads["book"] == 2  # same fingerprint
+    failing[0] = True
+    assert source.current(refresh=True)[0] is fresh  # the last good book is kept
+    never = DatabasePriceBook(fingerprint, book)
+    assert never.current()[1] == EMPTY_LABEL  # no good read yet: the fallback answers
