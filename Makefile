@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell sha256sum pyproject.toml | cut -c1-12)
 
-.PHONY: help setup up down status demo lint format typecheck compat test test-unit test-integration test-chaos clean
+.PHONY: help setup up down status demo lint format typecheck compat test test-unit test-integration test-chaos bench clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -25,8 +25,9 @@ down: ## Stop the local stack (data is kept; `invoicing stack down --wipe` delet
 status: ## Show each service with port, pid and health
 	$(BIN)/invoicing stack status
 
-demo: up ## The main job on the bundled FOCUS sample: import, invoice, email, reconcile
-	$(BIN)/invoicing demo
+demo: up ## Both demos: the FOCUS sample (pre-priced), then the pricing scenario (price book, metered usage)
+	$(BIN)/invoicing demo --scenario focus
+	$(BIN)/invoicing demo --scenario pricing
 
 lint: setup ## ruff lint and format check
 	$(BIN)/ruff check .
@@ -53,6 +54,10 @@ test-chaos: up ## Fault-injection tests against the real local stack
 
 test: up lint typecheck compat ## Everything CI runs: lint, types, schema compatibility, unit, integration and chaos tests
 	$(BIN)/pytest tests/unit tests/integration tests/chaos
+
+SET ?= smoke
+bench: up ## Benchmarks against same-run baselines: make bench SET=smoke|standard|month-end|incident [BENCH_ARGS="--repeat 2 --profile"]
+	$(BIN)/python -m benchmarks run --set $(SET) $(BENCH_ARGS)
 
 clean: down ## Stop the stack and delete its data (keeps downloaded jars)
 	$(BIN)/invoicing stack down --wipe

@@ -13,9 +13,10 @@ The defaults point at the local stack that ``invoicing stack up`` starts on
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -55,22 +56,102 @@ class ConnectSettings(BaseModel):
     url: str = "http://127.0.0.1:18083"
     outbox_connector: str = "invoicing-outbox"
     group_id: str = "invoicing-connect"
+    #: PostgreSQL as Connect reaches it, when that differs from ``postgres.host`` /
+    #: ``postgres.port`` (a Connect container on a compose network: ``postgres``, 5432).
+    database_host: str | None = None
+    database_port: int | None = None
+    #: The folder of the properties files Connect's ``FileConfigProvider`` reads
+    #: Debezium's password from, as Connect sees it (``config.providers.file`` in the
+    #: worker config, ``allowed.paths`` restricted to it). None: the local stack's
+    #: ``.local/conf/connect-secrets``, which ``stack up`` writes (mode 0600).
+    secrets_dir: str | None = None
+
+
+#: PostgreSQL role names the settings accept: lower-case letters, digits and ``_``, at
+#: most 63 characters (PostgreSQL's limit), so that a name is also a safe file name
+#: (Connect's secrets file, :mod:`streams.adapters.connect`) and never needs quoting.
+ROLE_NAME_PATTERN = r"^[a-z_][a-z0-9_]{0,62}$"
+
+#: The login roles of :class:`PostgresSettings`, one per process kind (``docs/roles.md``).
+RoleName = Literal[
+    "owner", "worker", "email", "close", "replay", "operator", "admin", "replication", "provisioner"
+]
+
+
+class DatabaseRole(BaseModel):
+    """One PostgreSQL login role: its user name and password (a :class:`SecretStr`: never
+    shown by ``repr``, logs or errors; read it with ``get_secret_value()`` where a
+    connection is made)."""
+
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
+
+    user: str = Field(pattern=ROLE_NAME_PATTERN)
+    password: SecretStr
+
+
+#: The local stack's login of each role: user name, and the password (equal to it).
+DEFAULT_LOGINS: dict[str, str] = {
+    "owner": "invoicing",
+    "worker": "invoicing_worker_login",
+    "email": "invoicing_email_login",
+    "close": "invoicing_close_login",
+    "replay": "invoicing_replay_login",
+    "operator": "invoicing_operator_login",
+    "admin": "invoicing_admin_login",
+    "replication": "debezium",
+    "provisioner": "invoicing_provisioner",
+}
+
+
+def _role(name: str) -> DatabaseRole:
+    """The local stack's default login of role ``name`` (its password is its user name)."""
+    user = DEFAULT_LOGINS[name]
+    return DatabaseRole(user=user, password=SecretStr(user))
 
 
 class PostgresSettings(BaseModel):
-    """PostgreSQL connection and role settings.
+    """PostgreSQL: where it is, and one login role per process kind.
 
-    ``user`` owns the schema and is what the workers use; ``replication_user`` is
-    the role Debezium connects with (REPLICATION, SELECT on the outbox).
+    Each login is a member of exactly one privilege role (``NOLOGIN``, fixed names,
+    granted per table and column by migration 0006 from :mod:`streams.grants`);
+    ``docs/roles.md`` is the role-by-table matrix. Environment names:
+    ``INVOICING_POSTGRES__<ROLE>__USER`` and ``INVOICING_POSTGRES__<ROLE>__PASSWORD``,
+    e.g. ``INVOICING_POSTGRES__WORKER__PASSWORD``.
+
+    - ``owner`` owns the database, the tables and the functions; migrations run as it
+      (``invoicing db migrate``, ``stack up``). No process runs as it.
+    - ``worker``: the invoicing worker. ``email``: the email sender.
+      ``close``: ``close-period``. ``replay``: ``replay`` (dry run and apply).
+    - ``operator``: read-only; ``status``, ``holds list``, ``fences list``, ``reconcile``
+      (the report) and the demo's reconciliation.
+    - ``admin``: the operator commands that write: ``holds release``, ``fences reset``,
+      ``outbox prune``, ``reconcile --republish``.
+    - ``replication``: Debezium (``REPLICATION``; reads the outbox). Its password reaches
+      Kafka Connect through a config provider, never the connector config.
+    - ``provisioner``: creates and drops the per-test sandbox databases (``CREATEDB``, a
+      member of ``owner``); the local stack and tests only, no process runs as it.
+
+    The defaults are the local stack's (each password equals its user name). Connection
+    strings are built with :func:`psycopg.conninfo.make_conninfo` (:meth:`dsn`), so any
+    character in a password is quoted, never parsed as another parameter.
     """
+
+    #: Unknown names fail loudly: the single ``user`` / ``password`` /
+    #: ``replication_user`` / ``replication_password`` of before are one section per login.
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
 
     host: str = "127.0.0.1"
     port: int = 15432
     database: str = "invoicing"
-    user: str = "invoicing"
-    password: SecretStr = SecretStr("invoicing")
-    replication_user: str = "debezium"
-    replication_password: SecretStr = SecretStr("debezium")
+    owner: DatabaseRole = _role("owner")
+    worker: DatabaseRole = _role("worker")
+    email: DatabaseRole = _role("email")
+    close: DatabaseRole = _role("close")
+    replay: DatabaseRole = _role("replay")
+    operator: DatabaseRole = _role("operator")
+    admin: DatabaseRole = _role("admin")
+    replication: DatabaseRole = _role("replication")
+    provisioner: DatabaseRole = _role("provisioner")
     #: Name of the publication Debezium streams (created by a migration).
     publication: str = "invoicing_outbox"
     #: Name of the logical replication slot Debezium uses.
@@ -79,20 +160,80 @@ class PostgresSettings(BaseModel):
     pool_min_size: int = 1
     pool_max_size: int = 8
 
-    def dsn(self, *, database: str | None = None) -> str:
-        """A libpq connection string for the application role."""
-        return (
-            f"host={self.host} port={self.port} dbname={database or self.database} "
-            f"user={self.user} password={self.password.get_secret_value()} "
-            "application_name=invoicing"
-        )
+    @model_validator(mode="before")
+    @classmethod
+    def _default_users(cls, data: Any) -> Any:
+        """A login given in part (``INVOICING_POSTGRES__WORKER__PASSWORD`` alone, the usual
+        case) keeps its default user name; the password has no partial default: a role
+        given a user but no password fails validation."""
+        if isinstance(data, dict):
+            for name, user in DEFAULT_LOGINS.items():
+                given = data.get(name)
+                if isinstance(given, dict) and "user" not in given:
+                    data = {**data, name: {"user": user, **given}}
+        return data
+
+    def role(self, name: RoleName) -> DatabaseRole:
+        """The login of ``name`` (``"worker"``, ``"operator"``, ...)."""
+        found: DatabaseRole = getattr(self, name)
+        return found
+
+    def conninfo_params(
+        self, role: RoleName, *, database: str | None = None, connect_timeout: int | None = None
+    ) -> dict[str, str | int]:
+        """The libpq parameters of a connection as ``role`` (password included), for
+        ``psycopg.connect(**params)`` or :func:`psycopg.conninfo.make_conninfo`."""
+        login = self.role(role)
+        params: dict[str, str | int] = {
+            "host": self.host,
+            "port": self.port,
+            "dbname": database or self.database,
+            "user": login.user,
+            "password": login.password.get_secret_value(),
+            "application_name": f"invoicing-{role}",
+        }
+        if connect_timeout is not None:
+            params["connect_timeout"] = connect_timeout
+        return params
+
+    def dsn(
+        self, role: RoleName, *, database: str | None = None, connect_timeout: int | None = None
+    ) -> str:
+        """A libpq connection string for ``role`` (``database`` defaults to :attr:`database`;
+        ``connect_timeout`` in seconds, libpq's default when None).
+
+        Built with :func:`psycopg.conninfo.make_conninfo`: every value is quoted and
+        escaped as libpq requires, so a password holding spaces, ``=``, quotes,
+        backslashes or ``hostaddr=…`` stays the password. The string holds the password:
+        pass it to a connect call, never log or show it.
+        """
+        from psycopg.conninfo import make_conninfo
+
+        params = self.conninfo_params(role, database=database, connect_timeout=connect_timeout)
+        return make_conninfo("", **params)
 
 
 class RedisSettings(BaseModel):
-    """Redis (leases for singleton jobs, tax-rate cache)."""
+    """Redis (leases for singleton jobs, tax-rate cache).
 
-    url: str = "redis://127.0.0.1:16379/0"
+    ``url`` is a :class:`SecretStr`: a Redis URL may carry a password
+    (``redis://:password@host:port/0``). Read it with ``get_secret_value()`` where the
+    client is built; show :meth:`display_url`.
+    """
+
+    model_config = ConfigDict(hide_input_in_errors=True)
+
+    url: SecretStr = SecretStr("redis://127.0.0.1:16379/0")
     socket_timeout_s: float = 2.0
+
+    def display_url(self) -> str:
+        """The URL with any user name and password replaced by ``***`` (for messages)."""
+        parsed = urlsplit(self.url.get_secret_value())
+        if parsed.username is None and parsed.password is None:
+            return parsed.geturl()
+        host = parsed.hostname or ""
+        netloc = f"***@{host}" + (f":{parsed.port}" if parsed.port else "")
+        return parsed._replace(netloc=netloc).geturl()
 
 
 class TaxSettings(BaseModel):
@@ -218,7 +359,7 @@ class FaultSettings(BaseModel):
 
     ``INVOICING_FAULT__KILL_AFTER_DB_COMMIT=1``: the invoicing worker SIGKILLs itself
     right after an invoice job's database commit and before the marker's offset
-    commit — the crash window of :mod:`streams.invoicing.commit`, made deterministic.
+    commit — the crash window of :mod:`streams.billing.commit`, made deterministic.
 
     ``INVOICING_FAULT__KILL_REPLAY_AFTER_WRITES=N`` (N > 0): ``invoicing replay
     --apply`` SIGKILLs itself once N customers' corrections are committed — a real
@@ -236,6 +377,8 @@ class Settings(BaseSettings):
         env_prefix="INVOICING_",
         env_nested_delimiter="__",
         extra="forbid",
+        # A validation error never echoes a value: it may be a password.
+        hide_input_in_errors=True,
     )
 
     kafka: KafkaSettings = KafkaSettings()

@@ -111,8 +111,25 @@ INVOICES_DLQ = TopicSpec(
     retention_ms=-1,
 )
 
+PRICE_BOOK = TopicSpec(
+    name="billing.price-book.v1",
+    partitions=1,
+    key="entry key: metric/<code> or plan/<plan code>/<version>",
+    description="billable_metric.published, plan_version.published: the published price book "
+    "(`invoicing plans publish`), one record per immutable entry, compacted",
+    event_types=("billable_metric.published", "plan_version.published"),
+    cleanup_policy="compact",
+    retention_ms=-1,
+)
+
 #: Every topic of the pipeline, in creation order.
-REGISTRY: tuple[TopicSpec, ...] = (ACCOUNT_EVENTS, ACCOUNT_EVENTS_DLQ, INVOICES, INVOICES_DLQ)
+REGISTRY: tuple[TopicSpec, ...] = (
+    ACCOUNT_EVENTS,
+    ACCOUNT_EVENTS_DLQ,
+    INVOICES,
+    INVOICES_DLQ,
+    PRICE_BOOK,
+)
 
 #: Dead-letter topic → (the topic its records were read from, who refuses them there).
 DEAD_LETTER_TOPICS: dict[str, tuple[str, str]] = {

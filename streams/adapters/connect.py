@@ -1,10 +1,22 @@
 """Kafka Connect REST client: register the outbox connector idempotently, read its status.
 
 The connector's configuration lives in ``connectors/outbox-connector.json`` with
-``${section.field}`` placeholders filled from settings (``${routedByValue}`` is
-Debezium's own and stays). ``PUT /connectors/{name}/config`` creates or updates;
-an unchanged configuration is not sent again, so ``stack up`` twice restarts
-nothing.
+``${section.name}`` placeholders filled from settings (:func:`template_values`;
+``${routedByValue}`` is Debezium's own and stays). ``PUT /connectors/{name}/config``
+creates or updates; an unchanged configuration is not sent again, so ``stack up``
+twice restarts nothing.
+
+**Debezium's password never appears in the connector config.** It is written to a
+properties file (:func:`write_connect_secrets`, ``<secrets dir>/<replication user>.properties``,
+key ``password``, mode 0600) and the connector config references it as
+``${file:<that file>:password}``: Kafka's ``FileConfigProvider``, enabled in the Connect
+worker config (``config.providers=file``, its ``allowed.paths`` restricted to the
+secrets folder: :func:`worker_provider_config`), resolves it when the task starts.
+``GET /connectors/<name>/config`` returns the reference, not the password.
+
+The hosts are the ones **Connect** reaches: ``settings.connect.database_host`` /
+``database_port`` when set (a Connect container on a compose network names
+``postgres:5432``), else ``settings.postgres.host`` / ``port``.
 
 Registering is provisioning: :func:`apply_outbox_connector` opens its own
 short-lived client from the settings (it runs from the stack manager, the
@@ -16,6 +28,7 @@ composition root built (:func:`streams.bootstrap.connect_client`).
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from pathlib import Path
@@ -23,30 +36,135 @@ from typing import Any
 
 import httpx
 
-from streams.settings import Settings
+from streams.settings import DatabaseRole, Settings
 
 
 class ConnectError(Exception):
     """The Connect REST API refused or failed a request (status and body in the message)."""
 
 
-_PLACEHOLDER = re.compile(r"\$\{(postgres|kafka|connect)\.([a-z_]+)\}")
+#: Alias of the config provider in the worker config and in ``${file:…:…}`` references.
+CONFIG_PROVIDER = "file"
+#: Kafka's provider of values read from a properties file (kafka-clients, on Connect's path).
+FILE_CONFIG_PROVIDER = "org.apache.kafka.common.config.provider.FileConfigProvider"
+
+_PLACEHOLDER = re.compile(r"\$\{([a-z]+\.[a-z_.]+)\}")
+
+
+def local_secrets_dir(settings: Settings) -> Path:
+    """The local stack's secrets folder, ``.local/conf/connect-secrets``."""
+    return settings.stack.local_dir / "conf" / "connect-secrets"
+
+
+def secrets_dir(settings: Settings) -> str:
+    """The secrets folder as Connect sees it (``settings.connect.secrets_dir`` or the
+    local stack's)."""
+    return settings.connect.secrets_dir or str(local_secrets_dir(settings))
+
+
+def secrets_file(settings: Settings, login: DatabaseRole) -> str:
+    """The properties file holding ``login``'s password, as Connect sees it."""
+    return f"{secrets_dir(settings)}/{login.user}.properties"
+
+
+def worker_provider_config(settings: Settings) -> dict[str, str]:
+    """The Connect worker properties that enable the file config provider, allowed to read
+    the secrets folder only."""
+    prefix = f"config.providers.{CONFIG_PROVIDER}"
+    return {
+        "config.providers": CONFIG_PROVIDER,
+        f"{prefix}.class": FILE_CONFIG_PROVIDER,
+        f"{prefix}.param.allowed.paths": secrets_dir(settings),
+    }
+
+
+def _properties_escape(value: str) -> str:
+    """``value`` as a ``java.util.Properties`` value: backslash escapes for ``\\``, the
+    separators and comment characters, line breaks and leading spaces; ``\\uXXXX``
+    outside printable ASCII (so the file's encoding never matters)."""
+    out = []
+    for i, ch in enumerate(value):
+        if ch == "\\":
+            out.append("\\\\")
+        elif ch in "=:#!":
+            out.append("\\" + ch)
+        elif ch == " " and i == 0:
+            out.append("\\ ")
+        elif ch in "\n\r\t\f":
+            out.append({"\n": "\\n", "\r": "\\r", "\t": "\\t", "\f": "\\f"}[ch])
+        elif not (0x20 <= ord(ch) < 0x7F):
+            out.append("".join(f"\\u{unit:04x}" for unit in _utf16(ch)))
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def _utf16(ch: str) -> list[int]:
+    data = ch.encode("utf-16-be")
+    return [int.from_bytes(data[i : i + 2], "big") for i in range(0, len(data), 2)]
+
+
+def write_connect_secrets(settings: Settings, login: DatabaseRole | None = None) -> Path:
+    """Write ``login``'s password (default: ``settings.postgres.replication``) to its file
+    in the local secrets folder, mode 0600 (only the user running Connect reads it), and
+    return the path. Rewritten only when its content changes.
+
+    Raises:
+        ConnectError: ``settings.connect.secrets_dir`` names another folder (compose
+            mounts its own files; this process does not write there).
+    """
+    if settings.connect.secrets_dir is not None:
+        raise ConnectError(
+            f"connect.secrets_dir is {settings.connect.secrets_dir}: its files are provided "
+            "where Connect runs, not written here"
+        )
+    login = login or settings.postgres.replication
+    folder = local_secrets_dir(settings)
+    folder.mkdir(parents=True, exist_ok=True)
+    folder.chmod(0o700)
+    path = folder / f"{login.user}.properties"
+    content = (
+        "# Written by invoicing (streams/adapters/connect.py); read by Kafka Connect's\n"
+        "# FileConfigProvider. Never commit or share it.\n"
+        f"password={_properties_escape(login.password.get_secret_value())}\n"
+    )
+    if not path.exists() or path.read_text() != content:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(content)
+    path.chmod(0o600)
+    return path
+
+
+def template_values(settings: Settings) -> dict[str, str]:
+    """What ``${section.name}`` placeholders of the connector template may name. The
+    password is not among them: the template references it through the provider."""
+    pg, connect = settings.postgres, settings.connect
+    return {
+        "postgres.database": pg.database,
+        "postgres.publication": pg.publication,
+        "postgres.slot": pg.slot,
+        "postgres.replication.user": pg.replication.user,
+        "connect.database_host": connect.database_host or pg.host,
+        "connect.database_port": str(connect.database_port or pg.port),
+        "connect.secrets_file": secrets_file(settings, pg.replication),
+        "kafka.topic_prefix": settings.kafka.topic_prefix,
+    }
 
 
 def render_outbox_config(settings: Settings, root: Path) -> dict[str, str]:
     """The outbox connector config with settings filled in.
 
     Raises:
-        ConnectError: a placeholder names no setting.
+        ConnectError: a placeholder names no value of :func:`template_values`.
     """
     template = json.loads((root / "connectors" / "outbox-connector.json").read_text())
+    values = template_values(settings)
 
     def value(match: re.Match[str]) -> str:
-        section = getattr(settings, match.group(1))
-        if not hasattr(section, match.group(2)):
+        if match.group(1) not in values:
             raise ConnectError(f"connector template names unknown setting {match.group(0)}")
-        raw = getattr(section, match.group(2))
-        return raw.get_secret_value() if hasattr(raw, "get_secret_value") else str(raw)
+        return values[match.group(1)]
 
     return {k: _PLACEHOLDER.sub(value, str(v)) for k, v in template.items()}
 
@@ -58,6 +176,8 @@ def apply_outbox_connector(settings: Settings, root: Path, timeout_s: float = 60
         ConnectError: Connect answered an error, or the connector did not reach RUNNING.
     """
     name = settings.connect.outbox_connector
+    if settings.connect.secrets_dir is None:
+        write_connect_secrets(settings)
     config = render_outbox_config(settings, root)
     base = settings.connect.url
     with httpx.Client(base_url=base, timeout=30.0) as client:

@@ -9,7 +9,7 @@ project's guarantees with it:
   partition), idempotence on, ``acks=all``;
 - consumers: auto-commit **off** and offset auto-store off (offsets are
   committed only after the database commit, see
-  :func:`streams.invoicing.commit.commit_after_db`), cooperative-sticky
+  :class:`streams.billing.commit.CommitPoint`), cooperative-sticky
   assignment, no static membership (``group.instance.id`` is refused: it would
   let a replacement process reuse a generation, DESIGN "Ownership and fencing").
 """
@@ -20,7 +20,7 @@ import struct
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, SupportsBytes
 
 from confluent_kafka import Consumer, KafkaException, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
@@ -273,7 +273,14 @@ def parse_group_metadata(raw: bytes, *, byteorder: str = sys.byteorder) -> Group
     return GroupMetadata(generation, group_id, member_id, instance or None)
 
 
-def group_metadata(consumer: Consumer) -> GroupMetadata:
+class HasGroupMetadata(Protocol):
+    """A consumer-group member (``confluent_kafka.Consumer``, or any
+    :class:`~streams.billing.ports.KafkaSource`)."""
+
+    def consumer_group_metadata(self) -> SupportsBytes: ...
+
+
+def group_metadata(consumer: HasGroupMetadata) -> GroupMetadata:
     """The consumer's current group metadata (generation, member id)."""
     cgmd = consumer.consumer_group_metadata()
     raw = bytes(cgmd)

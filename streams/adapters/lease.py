@@ -13,13 +13,15 @@ higher token number, and so it rejects" the stale one).
 
 Use::
 
-    floor = fence_floor(conn, "close-period:2024-09")          # see "Redis lost its data"
+    from streams.billing.fencing import LeaseFence, lease_fence_floor
+
+    floor = lease_fence_floor(conn, "close-period:2024-09")    # see "Redis lost its data"
     with Lease.acquire(redis_conn, "close-period:2024-09", ttl_s=30, holder="host:pid",
                        floor=floor) as lease:
         for item in work:
             lease.ensure_held()                                 # raises LeaseLost
             with conn.transaction():
-                check_fence(conn, lease.name, lease.fencing_token, lease.holder)
+                LeaseFence.of(lease).check(conn)                 # the database's fence
                 ...                                              # the job's writes
 
 Redis keys (``key_prefix`` defaults to ``"lease:"``)::
@@ -67,14 +69,18 @@ Redis lost its data: ``INCR`` would start again at 1 and a new holder would get
 a number below the one the database already recorded, and be refused forever.
 So :meth:`Lease.acquire` takes ``floor``: before acquiring it raises the
 counter to at least ``floor`` (an optimistic ``WATCH``/``MULTI`` transaction,
-only upward). Pass :func:`fence_floor`, the highest number the database
-recorded for the lease; the new number is then above it.
+only upward). Pass :func:`streams.billing.fencing.lease_fence_floor`, the
+highest number the database recorded for the lease; the new number is then
+above it.
 
-Database side: :func:`check_fence` upserts ``lease_fences`` only upward inside
-the caller's transaction and raises :class:`LeaseFenced` when a higher number
-is recorded. The upsert locks the lease's row until the transaction ends, so a
-newer holder's first write waits for an older holder's open transaction and
-then refuses that holder everything after.
+Database side (:mod:`streams.billing.fencing`, with the other two fences):
+``check_lease_fence`` upserts ``lease_fences`` only upward inside the caller's
+transaction and raises :class:`LeaseFenced` when a higher number is recorded.
+The upsert locks the lease's row until the transaction ends, so a newer
+holder's first write waits for an older holder's open transaction and then
+refuses that holder everything after. This module never touches the database;
+its error tree includes the fence's two errors so that a caller catches every
+lease failure as a :class:`LeaseError`.
 
 Exceptions::
 
@@ -102,12 +108,10 @@ import time
 import uuid
 from collections.abc import Callable
 from types import TracebackType
-from typing import Any, ClassVar, Self
+from typing import ClassVar, Self
 
-import psycopg
 import redis
 from prometheus_client import Counter
-from psycopg.rows import tuple_row
 from redis.exceptions import LockError, LockNotOwnedError, RedisError, WatchError
 from redis.lock import Lock
 
@@ -125,8 +129,6 @@ __all__ = [
     "LeaseLost",
     "LeaseStoreError",
     "LeaseUnavailable",
-    "check_fence",
-    "fence_floor",
 ]
 
 #: Prefix of the Redis keys of leases (tests pass their own).
@@ -349,7 +351,7 @@ class Lease:
             holder: who holds it, stored in the token and in ``lease_fences``.
             key_prefix: prefix of the Redis key (default ``"lease:"``).
             floor: the fencing number is made greater than this (pass
-                :func:`fence_floor`; protects against a Redis that lost its data).
+                :func:`streams.billing.fencing.lease_fence_floor`; protects against a Redis that lost its data).
             renew: start the renewal thread (default). ``False`` is for tests
                 that simulate a paused holder.
             on_lost: called once, with the lease and a reason, when the lease is
@@ -631,98 +633,8 @@ class Lease:
         with contextlib.suppress(LeaseLost):
             self.release()
 
-    def check_fence(self, conn: psycopg.Connection[Any]) -> None:
-        """:func:`check_fence` with this lease's name, number and holder."""
-        check_fence(conn, self.name, self.fencing_token, self.holder)
-
     def __repr__(self) -> str:
         return (
             f"Lease(name={self.name!r}, holder={self.holder!r}, "
             f"fencing_token={self.fencing_token}, ttl_s={self.ttl_s})"
         )
-
-
-# --------------------------------------------------------------------------- database side
-
-
-_UPSERT = """
-INSERT INTO lease_fences (lease_name, fencing_token, holder, updated_at)
-VALUES (%(name)s, %(token)s, %(holder)s, now())
-ON CONFLICT (lease_name) DO UPDATE
-   SET fencing_token = EXCLUDED.fencing_token,
-       holder = EXCLUDED.holder,
-       updated_at = EXCLUDED.updated_at
- WHERE lease_fences.fencing_token <= EXCLUDED.fencing_token
-RETURNING fencing_token
-"""
-
-
-def check_fence(conn: psycopg.Connection[Any], lease_name: str, token: int, holder: str) -> None:
-    """Accept this transaction's writes only if ``token`` is the highest fencing number seen.
-
-    Runs inside the caller's transaction (it neither begins nor commits): the
-    ``lease_fences`` row of ``lease_name`` is upserted only upward and stays
-    locked until the caller's transaction ends, so the caller's writes commit
-    before a newer holder's first check, or not at all. Equal numbers pass (the
-    same holder's many transactions).
-
-    Args:
-        conn: a psycopg connection in a transaction (or one that opens one).
-        lease_name: the lease's name (``Lease.name``).
-        token: the holder's fencing number (``Lease.fencing_token``).
-        holder: the holder's name, recorded with the number.
-
-    Raises:
-        LeaseFenced: a higher number is recorded; roll the transaction back.
-        LeaseStoreError: a database error (SQLSTATE kept).
-    """
-    try:
-        with conn.cursor(row_factory=tuple_row) as cur:
-            row = cur.execute(
-                _UPSERT, {"name": lease_name, "token": token, "holder": holder}
-            ).fetchone()
-            if row is not None:
-                return
-            current = cur.execute(
-                "SELECT fencing_token, holder FROM lease_fences WHERE lease_name = %s",
-                (lease_name,),
-            ).fetchone()
-    except psycopg.Error as exc:
-        raise LeaseStoreError(
-            f"checking the fence of lease {lease_name!r} failed: {exc}",
-            lease=lease_name,
-            sqlstate=exc.sqlstate,
-        ) from exc
-    assert current is not None  # the upsert found a conflicting row, which is locked by now
-    current_token, current_holder = int(current[0]), str(current[1])
-    raise LeaseFenced(
-        f"lease {lease_name!r}: fencing token {token} of {holder!r} is stale; "
-        f"{current_holder!r} holds {current_token}",
-        lease=lease_name,
-        token=token,
-        current_token=current_token,
-        current_holder=current_holder,
-    )
-
-
-def fence_floor(conn: psycopg.Connection[Any], lease_name: str) -> int:
-    """The highest fencing number the database recorded for ``lease_name`` (0 if none).
-
-    Pass it as ``Lease.acquire(..., floor=…)`` so that a Redis that lost its
-    counter still hands out a number the database accepts.
-
-    Raises:
-        LeaseStoreError: a database error (SQLSTATE kept).
-    """
-    try:
-        with conn.cursor(row_factory=tuple_row) as cur:
-            row = cur.execute(
-                "SELECT fencing_token FROM lease_fences WHERE lease_name = %s", (lease_name,)
-            ).fetchone()
-    except psycopg.Error as exc:
-        raise LeaseStoreError(
-            f"reading the fence of lease {lease_name!r} failed: {exc}",
-            lease=lease_name,
-            sqlstate=exc.sqlstate,
-        ) from exc
-    return int(row[0]) if row is not None else 0

@@ -1,85 +1,151 @@
-"""Roles, database, grants and the Debezium publication, as the PostgreSQL superuser.
+"""Roles, database and the Debezium publication: what a DBA provisions once per cluster.
 
-In production a DBA runs the same statements (``invoicing db provision --print``
-prints them). The local stack runs them in ``stack up`` over the cluster's unix
-socket. Every statement is idempotent.
+The local stack runs :func:`provision_cluster` in ``stack up`` as the PostgreSQL
+superuser over the cluster's unix socket; in production a DBA runs the same
+statements (:func:`cluster_statements`). Every statement is idempotent: running it
+again resets each role's attributes and password to the settings.
+
+Roles (docs/roles.md):
+
+- the **privilege roles** of :mod:`streams.grants` (``invoicing_worker``, ...,
+  ``invoicing_cdc``): ``NOLOGIN``; migration 0006 grants them their tables and columns;
+- one **login** per process kind (``settings.postgres.worker``, ``.email``, ``.close``,
+  ``.replay``, ``.operator``, ``.admin``): ``LOGIN``, no other attribute, a member of
+  its privilege role and of nothing else;
+- the **replication** login (Debezium): ``LOGIN REPLICATION``, a member of
+  ``invoicing_cdc``;
+- the **owner** (``settings.postgres.owner``): ``LOGIN`` only (no ``CREATEDB``), owns
+  the database (and, through the migrations it runs, every table and function);
+- the **provisioner** (``settings.postgres.provisioner``): ``LOGIN CREATEDB``, a member
+  of the owner (so the databases it creates belong to the owner and it may drop them)
+  and of ``pg_signal_backend`` (``DROP DATABASE … WITH (FORCE)`` ends other roles'
+  sessions): the per-test sandbox databases and the drill's. It exists for the local
+  stack and the tests; no process of the pipeline connects as it, and a production
+  cluster does not need it.
+
+No runtime role has ``CREATEDB``, ``CREATEROLE``, ``SUPERUSER`` or ``BYPASSRLS``, or
+owns anything.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, get_args
 
 import psycopg
 from psycopg import sql
 
-from streams.settings import PostgresSettings
+from streams import grants
+from streams.settings import PostgresSettings, RoleName
+
+#: Login attributes each kind of role gets (everything else is explicitly off).
+_RUNTIME = "LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS INHERIT"
+_REPLICATION = "LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE REPLICATION NOBYPASSRLS INHERIT"
+_PROVISIONER = "LOGIN NOSUPERUSER CREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS INHERIT"
+_PRIVILEGE = "NOLOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS INHERIT"
 
 
-def _role_sql(
-    name: str, password: str, *, replication: bool, createdb: bool = False
-) -> list[sql.Composed]:
-    words = (
-        ["LOGIN"] + (["REPLICATION"] if replication else []) + (["CREATEDB"] if createdb else [])
+class ProvisionError(Exception):
+    """The settings name roles that cannot be provisioned as given (e.g. a login twice)."""
+
+
+def _ensure_role(name: str, attributes: str, password: str | None) -> list[sql.Composed]:
+    create = sql.SQL(
+        "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = {lit}) THEN "
+        "CREATE ROLE {ident}; END IF; END $$"
+    ).format(lit=sql.Literal(name), ident=sql.Identifier(name))
+    alter = sql.SQL("ALTER ROLE {ident} " + attributes).format(ident=sql.Identifier(name))
+    if password is not None:
+        alter = sql.SQL("{alter} PASSWORD {pw}").format(alter=alter, pw=sql.Literal(password))
+    else:
+        alter = sql.SQL("{alter} PASSWORD NULL").format(alter=alter)
+    return [create, alter]
+
+
+def _check_names(pg: PostgresSettings) -> None:
+    logins: dict[str, RoleName] = {}
+    fixed = {role.name for role in grants.PRIVILEGE_ROLES}
+    for name in get_args(RoleName):
+        user = pg.role(name).user
+        if user in fixed:
+            raise ProvisionError(f"postgres.{name}.user {user!r} is a privilege role's name")
+        if user in logins:
+            raise ProvisionError(
+                f"postgres.{name}.user and postgres.{logins[user]}.user are both {user!r}: "
+                "each process kind needs its own login"
+            )
+        logins[user] = name
+
+
+def cluster_statements(pg: PostgresSettings) -> list[sql.Composed]:
+    """The role statements of the module docstring, for a superuser (or a DBA), in order.
+    They carry the passwords as literals: run them, never print or log them.
+
+    Raises:
+        ProvisionError: two settings name the same login, or a login is named like a
+            privilege role.
+    """
+    _check_names(pg)
+    out: list[sql.Composed] = []
+    for privilege in grants.PRIVILEGE_ROLES:
+        out += _ensure_role(privilege.name, _PRIVILEGE, None)
+    out += _ensure_role(pg.owner.user, _RUNTIME, pg.owner.password.get_secret_value())
+    for privilege in grants.PRIVILEGE_ROLES:
+        login = pg.role(privilege.login)
+        attributes = _REPLICATION if privilege.login == "replication" else _RUNTIME
+        out += _ensure_role(login.user, attributes, login.password.get_secret_value())
+        out.append(
+            sql.SQL("GRANT {group} TO {login}").format(
+                group=sql.Identifier(privilege.name), login=sql.Identifier(login.user)
+            )
+        )
+    out += _ensure_role(
+        pg.provisioner.user, _PROVISIONER, pg.provisioner.password.get_secret_value()
     )
-    attrs = sql.SQL(" ".join(words))
-    return [
-        sql.SQL(
-            "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = {lit}) THEN "
-            "CREATE ROLE {ident} {attrs}; END IF; END $$"
-        ).format(lit=sql.Literal(name), ident=sql.Identifier(name), attrs=attrs),
-        sql.SQL("ALTER ROLE {ident} {attrs} PASSWORD {pw}").format(
-            ident=sql.Identifier(name), attrs=attrs, pw=sql.Literal(password)
-        ),
-    ]
+    for group in (pg.owner.user, "pg_signal_backend"):
+        out.append(
+            sql.SQL("GRANT {group} TO {login}").format(
+                group=sql.Identifier(group), login=sql.Identifier(pg.provisioner.user)
+            )
+        )
+    return out
+
+
+def provision_roles(conn: psycopg.Connection[Any], pg: PostgresSettings) -> None:
+    """Run :func:`cluster_statements` on ``conn`` (a superuser's autocommit connection),
+    then create the database owned by the owner when it does not exist."""
+    for stmt in cluster_statements(pg):
+        conn.execute(stmt)
+    exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (pg.database,)).fetchone()
+    if not exists:
+        conn.execute(
+            sql.SQL("CREATE DATABASE {db} OWNER {owner}").format(
+                db=sql.Identifier(pg.database), owner=sql.Identifier(pg.owner.user)
+            )
+        )
+    else:
+        conn.execute(
+            sql.SQL("ALTER DATABASE {db} OWNER TO {owner}").format(
+                db=sql.Identifier(pg.database), owner=sql.Identifier(pg.owner.user)
+            )
+        )
 
 
 def provision_cluster(pg: PostgresSettings, socket_dir: Path) -> None:
-    """Create (or update) the application and replication roles and the database.
-
-    On the local stack the application role also gets ``CREATEDB``, so that
-    integration tests can give each test its own database; a production role
-    does not need it.
-    """
+    """Create (or reset) every role and the database, as the ``postgres`` superuser over
+    the unix socket in ``socket_dir`` (the local stack)."""
     with psycopg.connect(
         host=str(socket_dir), port=pg.port, user="postgres", dbname="postgres", autocommit=True
     ) as conn:
-        for stmt in _role_sql(
-            pg.user, pg.password.get_secret_value(), replication=False, createdb=True
-        ):
-            conn.execute(stmt)
-        for stmt in _role_sql(
-            pg.replication_user, pg.replication_password.get_secret_value(), replication=True
-        ):
-            conn.execute(stmt)
-        exists = conn.execute(
-            "SELECT 1 FROM pg_database WHERE datname = %s", (pg.database,)
-        ).fetchone()
-        if not exists:
-            conn.execute(
-                sql.SQL("CREATE DATABASE {db} OWNER {owner}").format(
-                    db=sql.Identifier(pg.database), owner=sql.Identifier(pg.user)
-                )
-            )
+        provision_roles(conn, pg)
 
 
 def provision_publication(pg: PostgresSettings) -> None:
-    """After migrations: Debezium's publication on the outbox and its read grant.
-
-    Run as the application role, which owns the outbox table (so it may grant
-    on it and publish it) and the database (so it may create publications).
-    Created ahead of time so the connector can use
-    ``publication.autocreate.mode=disabled`` (the default ``all_tables`` mode
-    needs a superuser).
-    """
-    with psycopg.connect(pg.dsn(), autocommit=True) as conn:
-        conn.execute(
-            sql.SQL("GRANT SELECT ON outbox TO {r}").format(r=sql.Identifier(pg.replication_user))
-        )
-        conn.execute(
-            sql.SQL("GRANT USAGE ON SCHEMA public TO {r}").format(
-                r=sql.Identifier(pg.replication_user)
-            )
-        )
+    """After migrations: Debezium's publication on the outbox, as the owner (who owns the
+    outbox and the database). Created ahead of time so the connector can use
+    ``publication.autocreate.mode=disabled`` (the default ``all_tables`` mode needs a
+    superuser). Debezium's read grant is the matrix's (``invoicing_cdc``)."""
+    with psycopg.connect(pg.dsn("owner"), autocommit=True) as conn:
         exists = conn.execute(
             "SELECT 1 FROM pg_publication WHERE pubname = %s", (pg.publication,)
         ).fetchone()

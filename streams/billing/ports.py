@@ -10,6 +10,12 @@ Ports, real adapters and twins::
     TaxService     streams.adapters.tax.client.HttpTaxService  streams.adapters.memory.tax.InMemoryTaxService
     TaxCache       streams.adapters.tax.cache.RedisTaxCache    streams.adapters.memory.tax_cache.InMemoryTaxCache
     MailTransport  streams.email.transport.SmtpTransport       streams.adapters.memory.mail.InMemoryMailTransport
+    KafkaSource    confluent_kafka.Consumer                    streams.adapters.memory.kafka.InMemoryConsumer
+    KafkaSink      confluent_kafka.Producer                    streams.adapters.memory.kafka.InMemoryProducer
+    Database       psycopg_pool.ConnectionPool                 streams.adapters.memory.database.InMemoryDatabase
+    UsageStore …   the modules of streams.billing.store         the modules of streams.adapters.memory.store
+    FenceStore     streams.billing.fencing                      streams.adapters.memory.fencing
+    DeadLetterSink streams.billing.dead_letters.DeadLetters     streams.adapters.memory.dead_letters.InMemoryDeadLetterSink
 
 Errors are split by what the caller does next (CONVENTIONS "Errors you can act
 on"): a **transient** error means "the same call may succeed later, retry it (with
@@ -26,27 +32,93 @@ same input fails again: record it and move on".
 The tax port's value types (:class:`~streams.domain.invoice.TaxLine`,
 :class:`~streams.domain.invoice.TaxedLine`) live in the domain; :class:`Rate`
 (a code and a rate, what the cache stores per region) lives here.
+
+The kernel's stores, fences and dead-letter sink have ports here too
+(:class:`UsageStore`, :class:`InvoiceStore`, :class:`HoldStore`,
+:class:`CloseStore`, :class:`FenceStore`, :class:`DeadLetterSink`). The stores
+are modules of functions that take an open connection first and run inside the
+caller's transaction (docs/architecture.md "Stores are functions of a
+connection"), so a store's Protocol is generic in the connection type ``C``: the
+PostgreSQL modules of :mod:`streams.billing.store` implement
+``UsageStore[psycopg.Connection[Any]]`` and so on (mypy checks a module against a
+Protocol; ``tests/unit/test_ports.py`` pins it), and an in-memory twin
+implements the same Protocol over its own transaction object. Pure helpers that
+touch no table (``invoice_number``, ``credit_note_number``) are not part of a port.
+Where a connection comes from is the :class:`Database` port (a psycopg pool, or the
+twin's in-memory database); which store implementation a writer uses is a
+:class:`streams.billing.stores.Stores` set (PostgreSQL by default).
+
+The Kafka clients the loops use have ports too: :class:`KafkaSource` (a consumer-group
+member: the invoicing worker's and the email sender's consumer) and
+:class:`KafkaSink` (a producer: the dead-letter topics). They are the subset of
+``confluent_kafka.Consumer`` / ``Producer`` the loops call, with librdkafka's value
+types (``TopicPartition``, ``Message``, ``KafkaError``) and its exceptions
+(``KafkaException`` carrying a ``KafkaError`` whose ``code()`` says what failed;
+``RuntimeError`` on a closed consumer), so the real clients implement them as they
+are and the worker's error handling is the same on both.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from decimal import Decimal
 from email.message import EmailMessage
-from typing import Protocol
+from typing import Literal, Protocol, SupportsBytes, TypeVar, overload
 
-from streams.domain.invoice import TaxedLine, TaxLine
+from confluent_kafka import KafkaError, Message, TopicPartition
+
+from streams.billing.fencing import CloseRequest, FencingToken, LeaseFence
+from streams.billing.rows import (
+    CloseMarker,
+    CreditNoteDraft,
+    Customer,
+    Hold,
+    InvoiceDraft,
+    IssuedInvoice,
+    LateUsage,
+    LockedInvoice,
+    MeteredRecord,
+    RecordConflict,
+    SourceCoordinates,
+    StoredInvoice,
+    StoredInvoiceLine,
+    SubscriptionRecord,
+    UsageConflict,
+    UsageRecord,
+)
+from streams.billing.store.invoices import Document, OutboxEvent, UnsentInvoice
+from streams.billing.store.metering import MeteredRead
+from streams.domain.events import CustomerUpserted, EventData, SubscriptionEvent
+from streams.domain.invoice import TaxedLine, TaxLine, UsageLine
+from streams.domain.rating import PriceBook
+from streams.domain.rating.published import Entry
 
 __all__ = [
+    "CloseStore",
+    "Connection",
+    "Database",
+    "DeadLetterSink",
+    "DeliveryReport",
+    "FenceStore",
+    "HoldStore",
+    "InvoiceStore",
+    "KafkaSink",
+    "KafkaSource",
     "MailTransport",
+    "MeteringStore",
+    "PriceBookStore",
     "Rate",
     "RateKey",
+    "RebalanceCallback",
     "TaxCache",
     "TaxError",
     "TaxRejected",
     "TaxService",
     "TaxUnavailable",
+    "UsageStore",
 ]
 
 
@@ -223,4 +295,379 @@ class MailTransport(Protocol):
 
     def send(self, message: EmailMessage, *, from_address: str, to_address: str) -> None:
         """Deliver ``message`` (see the class docstring)."""
+        ...
+
+
+# --------------------------------------------------------------------------- stores, fences, dead letters
+
+#: The connection (transaction) type of one implementation of the stores.
+C = TypeVar("C", contravariant=True)
+
+
+class UsageStore(Protocol[C]):
+    """``customers`` and ``usage_lines`` (:mod:`streams.billing.store.usage`)."""
+
+    def upsert_customer(
+        self, conn: C, event_id: str, data: CustomerUpserted, source: SourceCoordinates
+    ) -> None: ...
+    def insert_usage(self, conn: C, records: Sequence[UsageRecord]) -> list[UsageConflict]: ...
+    def get_customer(self, conn: C, customer_id: str) -> Customer | None: ...
+    def customers(self, conn: C, ids: Sequence[str]) -> dict[str, Customer]: ...
+    def usage_before(
+        self,
+        conn: C,
+        customer_id: str,
+        billing_period: str,
+        topic: str,
+        partition: int,
+        before_offset: int,
+    ) -> list[UsageLine]: ...
+    def stored_usage_ids(self, conn: C, billing_period: str, topic: str) -> set[str]: ...
+    def customers_with_usage(self, conn: C, billing_period: str, topic: str) -> set[str]: ...
+    def late_usage(self, conn: C, period: str | None = None) -> list[LateUsage]: ...
+
+
+class InvoiceStore(Protocol[C]):
+    """Invoices, lines, numbering, credit notes and the outbox
+    (:mod:`streams.billing.store.invoices`)."""
+
+    def next_number(self, conn: C, series: str) -> int: ...
+    def current_invoice(
+        self, conn: C, customer_id: str, billing_period: str
+    ) -> IssuedInvoice | None: ...
+    def insert_invoice(
+        self,
+        conn: C,
+        draft: InvoiceDraft,
+        *,
+        number: str,
+        fence: tuple[str, int, str] | None,
+        lease_fencing_token: int | None,
+        issued_at: datetime,
+    ) -> bool: ...
+    def lock_issued(
+        self, conn: C, customer_id: str, billing_period: str
+    ) -> LockedInvoice | None: ...
+    def max_revision(self, conn: C, customer_id: str, billing_period: str) -> int: ...
+    def revisions(self, conn: C, billing_period: str, topic: str) -> dict[str, int]: ...
+    def supersede(self, conn: C, invoice_id: str) -> bool: ...
+    def stored_invoice(self, conn: C, invoice_id: str) -> StoredInvoice | None: ...
+    def stored_invoice_lines(self, conn: C, invoice_id: str) -> list[StoredInvoiceLine]: ...
+    def documents(self, conn: C) -> list[Document]: ...
+    def invoices_without_email(self, conn: C, grace: timedelta) -> list[UnsentInvoice]: ...
+    def insert_credit_note(
+        self, conn: C, note: CreditNoteDraft, *, number: str, issued_at: datetime
+    ) -> bool: ...
+    def insert_outbox(
+        self,
+        conn: C,
+        *,
+        event_id: str,
+        topic: str,
+        customer_id: str,
+        event: EventData,
+        source: str,
+        time: datetime,
+        document_id: str,
+    ) -> None: ...
+    def insert_outbox_row(
+        self,
+        conn: C,
+        *,
+        event_id: str,
+        topic: str,
+        customer_id: str,
+        event_type: str,
+        payload: str,
+        source: str,
+        time: datetime,
+        document_id: str,
+    ) -> None: ...
+    def latest_outbox_event(self, conn: C, document_id: str) -> OutboxEvent | None: ...
+
+
+class HoldStore(Protocol[C]):
+    """``invoice_holds`` (:mod:`streams.billing.store.holds`)."""
+
+    def record_hold(
+        self,
+        conn: C,
+        *,
+        customer_id: str,
+        billing_period: str | None,
+        reason: str,
+        event_id: str | None,
+        source: SourceCoordinates,
+    ) -> None: ...
+    def open_holds(self, conn: C, customer_id: str, billing_period: str) -> list[Hold]: ...
+    def has_open_hold(self, conn: C, customer_id: str, billing_period: str) -> bool: ...
+    def held_customers(self, conn: C, billing_period: str) -> set[str]: ...
+
+
+class CloseStore(Protocol[C]):
+    """``period_closes`` (:mod:`streams.billing.store.closes`)."""
+
+    def record_close(
+        self, conn: C, marker: CloseMarker, outcome: str, invoice_id: str | None
+    ) -> None: ...
+    def closed_customers(self, conn: C, billing_period: str, topic: str) -> set[str]: ...
+
+
+class MeteringStore(Protocol[C]):
+    """``metered_usage`` and ``subscription_events``, what the worker stores and the
+    invoice job rates (:mod:`streams.billing.store.metering`)."""
+
+    def insert_metered(self, conn: C, records: Sequence[MeteredRecord]) -> list[RecordConflict]: ...
+    def insert_subscriptions(
+        self, conn: C, records: Sequence[SubscriptionRecord]
+    ) -> list[RecordConflict]: ...
+    def metered_before(
+        self,
+        conn: C,
+        customer_id: str,
+        billing_period: str,
+        topic: str,
+        partition: int,
+        before_offset: int,
+    ) -> MeteredRead: ...
+    def subscriptions_before(
+        self, conn: C, customer_id: str, topic: str, partition: int, before_offset: int
+    ) -> list[SubscriptionEvent]: ...
+
+
+class PriceBookStore(Protocol[C]):
+    """The published price book (``billable_metrics``, ``plan_versions``;
+    :mod:`streams.billing.store.pricing`), as the invoice job reads it."""
+
+    def book_fingerprint(self, conn: C) -> tuple[int, int]: ...
+    def published_book(self, conn: C) -> PriceBook: ...
+    def insert_entries(self, conn: C, entries: list[Entry], *, published_by: str) -> int: ...
+
+
+class FenceStore(Protocol[C]):
+    """The three fences' tables (:mod:`streams.billing.fencing`)."""
+
+    def claim(self, conn: C, token: FencingToken) -> None: ...
+    def check(self, conn: C, token: FencingToken) -> None: ...
+    def reset_group(self, conn: C, group_id: str) -> int: ...
+    def check_lease_fence(self, conn: C, lease_name: str, token: int, holder: str) -> None: ...
+    def lease_fence_floor(self, conn: C, lease_name: str) -> int: ...
+    def request_close(
+        self,
+        conn: C,
+        fence: LeaseFence,
+        customer_id: str,
+        billing_period: str,
+        event_id: str,
+    ) -> CloseRequest: ...
+
+
+class DeadLetterSink(Protocol):
+    """Where bad records go (:class:`streams.billing.dead_letters.DeadLetters`): returns
+    once delivered, raises :class:`~streams.billing.dead_letters.DeadLetterError` otherwise."""
+
+    def publish(
+        self,
+        *,
+        key: bytes | None,
+        value: bytes | None,
+        headers: list[tuple[str, bytes]] | None,
+        source_topic: str,
+        source_partition: int,
+        source_offset: int,
+        kind: str,
+        reason: str,
+        attributed: bool = True,
+    ) -> None: ...
+
+
+# --------------------------------------------------------------------------- database
+
+
+class Connection(Protocol):
+    """What the kernel's writers need of a store connection besides the stores:
+    ``with conn.transaction():`` (a transaction, or a savepoint inside one; see
+    :class:`Database`). ``psycopg.Connection`` has it; so has the twin's connection."""
+
+    def transaction(self) -> AbstractContextManager[object]:
+        """Begin a transaction (a savepoint inside an open one), committed when the block
+        ends, rolled back when it raises."""
+        ...
+
+
+#: The connection type a :class:`Database` hands out.
+C_co = TypeVar("C_co", covariant=True)
+
+
+class Database(Protocol[C_co]):
+    """Where store connections come from: ``with database.connection() as conn:``.
+
+    The connection is not in autocommit mode: the first statement (or
+    ``conn.transaction()``) begins a transaction; leaving the block commits it, or
+    rolls it back when the block raises. ``conn.transaction()`` inside an open
+    transaction is a savepoint (rolled back alone when its block raises). This is
+    ``psycopg_pool.ConnectionPool`` with ``autocommit=False`` connections (what
+    :func:`streams.bootstrap.postgres_pool` builds); the twin is
+    :class:`streams.adapters.memory.database.InMemoryDatabase`.
+
+    Raises (from the block's statements): ``psycopg.Error`` — ``psycopg.OperationalError``
+    when the database cannot be used (the twin raises it for an injected failure too).
+    """
+
+    def connection(self) -> AbstractContextManager[C_co]:
+        """A connection for the length of the ``with`` block (see the class docstring)."""
+        ...
+
+
+# --------------------------------------------------------------------------- kafka
+
+#: The delivery report callback of :meth:`KafkaSink.produce`: ``(error or None, message)``;
+#: on success the message carries its partition and offset.
+DeliveryReport = Callable[[KafkaError | None, Message], None]
+
+
+class KafkaSink(Protocol):
+    """A Kafka producer (``confluent_kafka.Producer``, built by
+    :func:`streams.adapters.kafka.make_producer`: murmur2 partitioner, idempotent,
+    ``acks=all``).
+
+    ``produce`` queues one record — partition chosen by the key's murmur2 (the Java
+    client's partitioner), unless ``partition`` is given — and returns; the record's
+    delivery report reaches ``on_delivery`` from a later :meth:`poll` or :meth:`flush`
+    of this producer (on the caller's thread), with ``None`` and the delivered message
+    (partition, offset), or with the error that refused it.
+
+    Raises (from ``produce``):
+        BufferError: the local queue is full.
+        KafkaException: refused before queueing: ``MSG_SIZE_TOO_LARGE`` (larger than
+            ``message.max.bytes``), ``_UNKNOWN_TOPIC``, …
+    """
+
+    def produce(
+        self,
+        topic: str,
+        *,
+        key: bytes | None = None,
+        value: bytes | None = None,
+        headers: list[tuple[str, str | bytes | None]] | None = None,
+        partition: int = -1,
+        on_delivery: DeliveryReport | None = None,
+    ) -> None:
+        """Queue one record (see the class docstring)."""
+        ...
+
+    def poll(self, timeout: float = -1) -> int:
+        """Serve delivery reports (waiting up to ``timeout`` seconds for one); returns
+        how many were served."""
+        ...
+
+    def flush(self, timeout: float = -1) -> int:
+        """Wait until every queued record is delivered (or refused) and its report
+        served, at most ``timeout`` seconds; returns how many are still queued."""
+        ...
+
+
+#: A rebalance callback of :meth:`KafkaSource.subscribe`: ``(consumer, partitions)``.
+RebalanceCallback = Callable[["KafkaSource", list[TopicPartition]], None]
+
+
+class KafkaSource(Protocol):
+    """A member of a Kafka consumer group (``confluent_kafka.Consumer`` built by
+    :func:`streams.adapters.kafka.make_consumer`: auto-commit off, cooperative-sticky,
+    no static membership).
+
+    **Group membership.** :meth:`subscribe` joins the group; the group coordinator
+    assigns the topics' partitions among the members. Every rebalance increments the
+    group's generation. With cooperative-sticky assignment a member keeps the
+    partitions it has across rebalances and only the partitions that move are
+    revoked (``on_revoke``) from their owner before they are assigned
+    (``on_assign``, incremental: the partitions added, possibly none) to another
+    member. A member removed by the coordinator (session timeout, poll interval
+    exceeded) gets ``on_lost`` with what it had, and rejoins under a new member id.
+    The callbacks run on the caller's thread, inside :meth:`poll`, :meth:`consume`
+    or :meth:`close` (which revokes what the member has before leaving).
+
+    **Fencing token.** :meth:`consumer_group_metadata` is librdkafka's serialised
+    group metadata, whose bytes are the ``CGMDv2`` format parsed by
+    :func:`streams.adapters.kafka.parse_group_metadata`: the generation (the one of
+    the last rebalance this member took part in; -1 before joining) and the member id.
+
+    **Reading.** A newly assigned partition starts at the group's committed offset,
+    else at ``auto.offset.reset``. :meth:`pause` stops returning a partition's records
+    until :meth:`resume`; :meth:`seek` sets where reading continues. Records are
+    ``confluent_kafka.Message`` objects (``headers()`` is ``None`` when a record has none;
+    ``error()`` set on an error event instead of a record).
+
+    **Offsets.** :meth:`commit` stores the next offset to read per partition for the
+    group (auto-commit is off: nothing else commits); :meth:`committed` reads them back
+    (``OFFSET_INVALID``, -1001, when none).
+
+    Raises:
+        KafkaException: with a ``KafkaError``: a commit refused by the coordinator
+            (``REBALANCE_IN_PROGRESS``, ``ILLEGAL_GENERATION``, ``UNKNOWN_MEMBER_ID``…),
+            a seek of a partition not assigned (``_UNKNOWN_PARTITION``/``_STATE``).
+        RuntimeError: any call after :meth:`close` ("Consumer closed").
+    """
+
+    def subscribe(
+        self,
+        topics: list[str],
+        on_assign: RebalanceCallback | None = None,
+        on_revoke: RebalanceCallback | None = None,
+        on_lost: RebalanceCallback | None = None,
+    ) -> None:
+        """Join the group for ``topics`` (see the class docstring)."""
+        ...
+
+    def poll(self, timeout: float = -1) -> Message | None:
+        """One record (or error event), waiting up to ``timeout`` seconds; None if none came."""
+        ...
+
+    def consume(self, num_messages: int = 1, timeout: float = -1) -> list[Message]:
+        """Up to ``num_messages`` records, waiting up to ``timeout`` seconds for them."""
+        ...
+
+    def assignment(self) -> list[TopicPartition]:
+        """The partitions currently assigned to this member."""
+        ...
+
+    def pause(self, partitions: list[TopicPartition]) -> None:
+        """Stop returning records of ``partitions`` (kept across rebalances) until resumed."""
+        ...
+
+    def resume(self, partitions: list[TopicPartition]) -> None:
+        """Return records of ``partitions`` again."""
+        ...
+
+    def seek(self, partition: TopicPartition) -> None:
+        """Continue reading ``partition.partition`` at ``partition.offset``."""
+        ...
+
+    @overload
+    def commit(
+        self, *, offsets: list[TopicPartition], asynchronous: Literal[True] = ...
+    ) -> None: ...
+    @overload
+    def commit(
+        self, *, offsets: list[TopicPartition], asynchronous: Literal[False]
+    ) -> list[TopicPartition]: ...
+    def commit(
+        self, *, offsets: list[TopicPartition], asynchronous: bool = True
+    ) -> list[TopicPartition] | None:
+        """Commit ``offsets`` (next offsets to read) for the group; synchronous returns
+        the committed partitions, asynchronous reports only a local refusal."""
+        ...
+
+    def committed(
+        self, partitions: list[TopicPartition], timeout: float = -1
+    ) -> list[TopicPartition]:
+        """The group's committed offsets of ``partitions`` (``OFFSET_INVALID`` when none)."""
+        ...
+
+    def consumer_group_metadata(self) -> SupportsBytes:
+        """The group metadata; ``bytes(...)`` of it is the ``CGMDv2`` format."""
+        ...
+
+    def close(self) -> None:
+        """Revoke what this member has (``on_revoke``), leave the group, and close."""
         ...

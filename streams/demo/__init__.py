@@ -1,4 +1,5 @@
-"""``invoicing demo``: the main job, end to end, on the bundled real FOCUS sample.
+"""``invoicing demo``: the main job, end to end, on the bundled real FOCUS sample
+(``--scenario focus``, the default; the pricing scenario is :mod:`streams.demo.pricing`).
 
 1. brings the local stack up (idempotent);
 2. imports the FOCUS 1.0 CSV into ``billing.account-events.v1``;

@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import psycopg
+from psycopg.rows import class_row
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from streams.demo.expected import DEFAULT_SAMPLE, Expected, expected_from_file
-from streams.domain.money import round_money
 from streams.sandbox.processes import WorkerGroup
 from streams.settings import Settings
 
@@ -33,12 +33,26 @@ class DemoClients:
     Attributes:
         import_focus: the FOCUS import with its producer.
         close_period: close-period with its clients.
-        database: a new autocommit connection of the application role (closed by the demo).
+        database: a new autocommit connection of the read-only operator role (closed by the demo).
     """
 
     import_focus: ImportFocusRun
     close_period: ClosePeriodRun
     database: Callable[[Settings], psycopg.Connection[Any]]
+
+
+@dataclass(frozen=True)
+class _Emailed:
+    """An issued invoice of the file's pairs and its email delivery, if any."""
+
+    customer_id: str
+    billing_period: str
+    total: Decimal
+    currency: str
+    invoice_id: str
+    status: str | None
+    message_id: str | None
+    skip_reason: str | None
 
 
 @dataclass
@@ -88,54 +102,76 @@ def progress_counts(conn: psycopg.Connection[Any], expected: Expected) -> tuple[
         (customers, periods),
     ).fetchone()
     assert row is not None
-    return int(row[0]), int(row[1])
+    invoiced, emailed = row
+    return int(invoiced), int(emailed)
 
 
 def reconcile(
     conn: psycopg.Connection[Any], expected: Expected, maildir: Path | None
 ) -> DemoReport:
-    """Compare the invoices with the file's exact sums, and count emails."""
+    """Compare the invoices with the file's exact sums
+    (:func:`streams.ops.focus_reconcile.reconcile_focus`, the comparison of ``invoicing
+    reconcile --focus``), and count emails. Invoices of customers the file does not
+    have are not the demo's (the stack may hold others)."""
+    from streams.ops.focus_reconcile import reconcile_focus
+
     report = DemoReport(unreadable_rows=expected.unreadable)
-    customers = sorted({c for c, _ in expected.sums})
-    rows = conn.execute(
-        """
-        SELECT i.customer_id, i.billing_period, i.subtotal, i.total, i.currency, i.invoice_id::text,
-               d.status, d.message_id, d.skip_reason
-          FROM invoices i
-          LEFT JOIN email_deliveries d ON d.document_id = i.invoice_id AND d.document_type = 'invoice'
-         WHERE i.status = 'issued' AND i.customer_id = ANY(%s) AND i.billing_period = ANY(%s)
-        """,
-        (customers, expected.periods),
-    ).fetchall()
-    invoices = {(r[0], r[1]): r for r in rows}
-    totals: dict[str, Decimal] = defaultdict(Decimal)
-    for key, exact in sorted(expected.sums.items()):
-        currency = expected.currency[key]
-        want = round_money(exact, currency)
-        row = invoices.get(key)
-        report.pairs.append((key[0], key[1], exact, want, row[2] if row else None))
-        if row is None:
-            report.missing.append(key)
+    compared = reconcile_focus(conn, expected)
+    for pair in sorted(compared.pairs, key=lambda pair: (pair.customer_id, pair.period)):
+        if pair.verdict == "unexpected" or pair.exact is None or pair.rounded is None:
             continue
-        if row[2] == want:
+        report.pairs.append(
+            (pair.customer_id, pair.period, pair.exact, pair.rounded, pair.subtotal)
+        )
+        if pair.verdict == "missing":
+            report.missing.append((pair.customer_id, pair.period))
+        elif pair.verdict == "match":
             report.matches += 1
         else:
-            report.mismatches.append((key[0], key[1], want, row[2]))
-        totals[row[4].strip()] += row[3]
-        if row[6] == "sent":
+            report.mismatches.append((pair.customer_id, pair.period, pair.rounded, pair.subtotal))
+    customers = sorted({c for c, _ in expected.sums})
+    with conn.cursor(row_factory=class_row(_Emailed)) as cur:
+        cur.execute(
+            """
+            SELECT i.customer_id, i.billing_period, i.total, btrim(i.currency) AS currency,
+                   i.invoice_id::text AS invoice_id, d.status, d.message_id, d.skip_reason
+              FROM invoices i
+              LEFT JOIN email_deliveries d
+                     ON d.document_id = i.invoice_id AND d.document_type = 'invoice'
+             WHERE i.status = 'issued' AND i.customer_id = ANY(%s) AND i.billing_period = ANY(%s)
+            """,
+            (customers, expected.periods),
+        )
+        invoices = {
+            (row.customer_id, row.billing_period): row
+            for row in cur.fetchall()
+            if (row.customer_id, row.billing_period) in expected.sums
+        }
+    totals: dict[str, Decimal] = defaultdict(Decimal)
+    for _key, invoice in sorted(invoices.items()):
+        totals[invoice.currency] += invoice.total
+        if invoice.status == "sent":
             report.emails_sent += 1
-        elif row[6] == "skipped" and row[8] == "zero_total":
+        elif invoice.status == "skipped" and invoice.skip_reason == "zero_total":
             report.emails_skipped_zero_total += 1
         else:  # refused by SMTP, not renderable, or not settled before the timeout
-            state = f"{row[6]} ({row[8]})" if row[6] else "no delivery recorded"
-            report.emails_not_sent.append((row[5], state))
+            state = (
+                f"{invoice.status} ({invoice.skip_reason})"
+                if invoice.status
+                else "no delivery recorded"
+            )
+            report.emails_not_sent.append((invoice.invoice_id, state))
     report.invoices = len(invoices)
     report.customers = len({c for c, _ in invoices})
     report.total_by_currency = dict(totals)
     if maildir is not None and maildir.exists():
         from streams.adapters.maildir import count_by_header
 
-        message_ids = {r[7] for r in rows if r[6] == "sent"}
+        message_ids = {
+            invoice.message_id
+            for invoice in invoices.values()
+            if invoice.status == "sent" and invoice.message_id
+        }
         counts = count_by_header(maildir, "Message-ID")
         report.duplicate_emails = sum(max(0, counts.get(mid, 0) - 1) for mid in message_ids)
         missing_in_sink = [mid for mid in message_ids if counts.get(mid, 0) == 0]

@@ -127,10 +127,12 @@ def decode(
     except ValidationError as exc:
         raise InvalidEvent(f"invalid {event_type} data: {_summarise(exc)}") from None
     customer = getattr(data, "customer_id", None)
-    if customer != key_text:
+    if customer is not None and customer != key_text:
         raise InvalidEvent(
             f"data.customer_id {customer!r} differs from the record key {key_text!r}"
         )
+    if data.record_key() != key_text:
+        raise InvalidEvent(f"the record key {key_text!r} is not {data.record_key()!r}")
     try:
         return Envelope(
             id=attrs["ce_id"],

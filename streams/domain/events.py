@@ -14,31 +14,40 @@ the record key is the customer id. See :mod:`streams.domain.codec`.
 
 Event types (past tense, DESIGN §2 "Topics"):
 
-===========================  ==============================  ==========================
-type                         data model                      topic
-===========================  ==============================  ==========================
-``customer.upserted``        :class:`CustomerUpserted`       billing.account-events.v1
-``usage.recorded``           :class:`UsageRecorded`          billing.account-events.v1
-``billing_period.closed``    :class:`BillingPeriodClosed`    billing.account-events.v1
-``usage.metered``            :class:`UsageMetered`           billing.account-events.v1
-``subscription.started``     :class:`SubscriptionStarted`    billing.account-events.v1
-``subscription.changed``     :class:`SubscriptionChanged`    billing.account-events.v1
-``subscription.ended``       :class:`SubscriptionEnded`      billing.account-events.v1
-``invoice.issued``           :class:`InvoiceIssued`          billing.invoices.v1
-``credit_note.issued``       :class:`CreditNoteIssued`       billing.invoices.v1
-``invoice.voided``           :class:`InvoiceVoided`          billing.invoices.v1
-===========================  ==============================  ==========================
+===============================  ==================================  ==========================
+type                             data model                          topic
+===============================  ==================================  ==========================
+``customer.upserted``            :class:`CustomerUpserted`           billing.account-events.v1
+``usage.recorded``               :class:`UsageRecorded`              billing.account-events.v1
+``billing_period.closed``        :class:`BillingPeriodClosed`        billing.account-events.v1
+``usage.metered``                :class:`UsageMetered`               billing.account-events.v1
+``subscription.started``         :class:`SubscriptionStarted`        billing.account-events.v1
+``subscription.changed``         :class:`SubscriptionChanged`        billing.account-events.v1
+``subscription.ended``           :class:`SubscriptionEnded`          billing.account-events.v1
+``invoice.issued``               :class:`InvoiceIssued`              billing.invoices.v1
+``credit_note.issued``           :class:`CreditNoteIssued`           billing.invoices.v1
+``invoice.voided``               :class:`InvoiceVoided`              billing.invoices.v1
+``billable_metric.published``    :class:`BillableMetricPublished`    billing.price-book.v1
+``plan_version.published``       :class:`PlanVersionPublished`       billing.price-book.v1
+===============================  ==================================  ==========================
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from decimal import Decimal
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    WithJsonSchema,
+    model_validator,
+)
 
 from streams.domain.money import DECIMAL_PATTERN, Amount, Quantity, canonical_decimal
 from streams.domain.periods import PERIOD_PATTERN, BillingPeriod
@@ -79,6 +88,12 @@ class EventData(BaseModel):
     #: CloudEvents ``type`` of events carrying this data.
     event_type: ClassVar[str]
     schema_version: Literal[1] = 1
+
+    def record_key(self) -> str:
+        """The Kafka record key (and CloudEvents ``subject``) of events carrying this
+        data: the customer id for account and invoice events; the entry's key for
+        price book publications (:class:`PlanVersionPublished`)."""
+        return str(getattr(self, "customer_id"))  # noqa: B009 - every other event names its customer
 
 
 # --------------------------------------------------------------------------- account events
@@ -317,6 +332,135 @@ class SourceRange(BaseModel):
     last_offset: Annotated[int, Field(ge=0)]
 
 
+# --------------------------------------------------------------------------- rated invoices
+#
+# What a rated invoice (issue 12: metered usage priced by a plan) adds to
+# ``invoice.issued``: every charge line with how its amount was computed, the
+# pre-priced lines per plan version, the segments and the exact sum of the lines
+# (the subtotal is that sum rounded once). All optional and omitted from the JSON
+# when absent, so a pure pass-through invoice's event is what it always was.
+
+
+class _Summary(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class DayRange(_Summary):
+    """Days ``first`` to ``last``, both included (UTC calendar days)."""
+
+    first: date
+    last: date
+
+
+class TierSummary(_Summary):
+    """The part of a quantity that fell in one tier: quantities above ``above`` up to
+    and including ``up_to`` (None: the open last tier); ``amount = units *
+    unit_price + flat_amount``, exact."""
+
+    tier: Annotated[int, Field(ge=1)]
+    above: Quantity
+    up_to: Quantity | None = None
+    units: Quantity
+    unit_price: Amount
+    flat_amount: Amount
+    amount: Amount
+
+
+class PackageSummary(_Summary):
+    """``packages`` started packages of ``package_size`` units at ``price``, counted
+    after ``free_units``."""
+
+    package_size: Quantity
+    price: Amount
+    free_units: Quantity
+    packages: Annotated[int, Field(ge=0)]
+
+
+class ProrationSummary(_Summary):
+    """A fee for part of a period: ``full_amount * days / days_in_period`` (12
+    decimal places, half-even)."""
+
+    days: Annotated[int, Field(ge=0)]
+    days_in_period: Annotated[int, Field(ge=28, le=31)]
+    full_amount: Amount
+
+
+class TrueUpSummary(_Summary):
+    """A minimum commitment: ``minimum`` (prorated) against ``charged``, the exact sum
+    of the segment's other lines; the true-up line is ``minimum - charged``."""
+
+    minimum: Amount
+    charged: Amount
+
+
+class ChargeSummary(_Summary):
+    """One rated charge line of an invoice (:class:`streams.domain.rating.ChargeLine`):
+    the plan version and charge it comes from, the metric and quantity, and how the
+    exact ``amount`` was computed — ``unit_price`` (per unit), ``tiers`` (graduated:
+    every tier touched; volume: the one tier), ``package``, ``proration`` (a fixed
+    fee or minimum for part of the period), ``true_up`` (minimum). ``line_id`` is
+    deterministic (period, plan, version, charge, group): also the tax line id."""
+
+    line_id: str
+    plan_code: Code
+    plan_version: Annotated[int, Field(ge=1)]
+    charge_code: Code
+    charge_model: str
+    description: str
+    days: tuple[DayRange, ...] = ()
+    metric: str | None = None
+    group_value: str | None = None
+    unit: str | None = None
+    quantity: Quantity | None = None
+    unit_price: Amount | None = None
+    tiers: tuple[TierSummary, ...] = ()
+    package: PackageSummary | None = None
+    proration: ProrationSummary | None = None
+    true_up: TrueUpSummary | None = None
+    amount: Amount
+
+
+class PassThroughSummary(_Summary):
+    """The pre-priced (``usage.recorded``) lines billed under one plan version, or at
+    cost (plan None) for a customer without a subscription: ``lines`` of them,
+    ``cost`` their exact sum, ``amount`` what is billed (``cost * (1 +
+    markup_percent / 100)`` line by line, exact)."""
+
+    plan_code: Code | None = None
+    plan_version: Annotated[int, Field(ge=1)] | None = None
+    markup_percent: Amount | None = None
+    lines: Annotated[int, Field(ge=0)]
+    cost: Amount
+    amount: Amount
+
+
+class SegmentSummary(_Summary):
+    """The days of the period under one plan version (docs/rating.md "Segments")."""
+
+    plan_code: Code
+    plan_version: Annotated[int, Field(ge=1)]
+    days: tuple[DayRange, ...]
+    day_count: Annotated[int, Field(ge=0)]
+    days_in_period: Annotated[int, Field(ge=28, le=31)]
+
+
+class RatingSummary(_Summary):
+    """How a rated invoice relates its lines to its subtotal: ``exact_total`` is the
+    exact sum of every line (charges and pre-priced lines); the ``subtotal`` is that
+    sum rounded once, half-even, to the minor unit. ``metered_events``: the distinct
+    ``usage.metered`` events rated."""
+
+    segments: tuple[SegmentSummary, ...] = ()
+    metered_events: Annotated[int, Field(ge=0)] = 0
+    pass_through: tuple[PassThroughSummary, ...] = ()
+    exact_total: Amount
+
+
+def _is_none(value: object) -> bool:
+    """Leave an optional field out of the JSON when it is None (rated-invoice fields)."""
+    return value is None
+
+
 class InvoiceIssued(EventData):
     """An invoice revision was issued (``invoice.issued``). Amounts in ``currency`` units:
     ``subtotal`` and each tax rounded once; ``total = subtotal + tax_total``."""
@@ -341,6 +485,13 @@ class InvoiceIssued(EventData):
     #: Invoice id of the revision this one replaces (after a credit note), if any.
     supersedes_invoice_id: str | None = None
     source: tuple[SourceRange, ...] = ()
+    #: Rated invoices only (absent from the JSON otherwise, so an invoice without
+    #: rating serialises exactly as before these fields existed): every charge line,
+    #: in invoice order.
+    charges: tuple[ChargeSummary, ...] | None = Field(default=None, exclude_if=_is_none)
+    #: Rated invoices only (absent otherwise): segments, pre-priced lines per plan
+    #: version, and the exact sum of the lines that the subtotal rounds.
+    rating: RatingSummary | None = Field(default=None, exclude_if=_is_none)
 
 
 class CreditNoteIssued(EventData):
@@ -380,6 +531,82 @@ class InvoiceVoided(EventData):
     voided_at: UtcDateTime
 
 
+# --------------------------------------------------------------------------- price book
+
+
+#: Pattern of a SHA-256 digest in lowercase hex.
+SHA256_PATTERN = r"^[0-9a-f]{64}$"
+
+
+class BillableMetricPublished(EventData):
+    """A billable metric of the price book was published (``billable_metric.published``,
+    topic ``billing.price-book.v1``, key ``metric/<code>``). Immutable: a metric code
+    is published with one definition for good (a redefinition needs a new code).
+
+    ``definition`` is the metric as the price book states it, in canonical JSON
+    (``schemas/price-book/price-book.schema.json``, ``$defs/BillableMetric``);
+    ``content_sha256`` is the SHA-256 of that canonical JSON.
+    """
+
+    event_type: ClassVar[str] = "billable_metric.published"
+
+    metric_code: Code
+    definition: Annotated[
+        dict[str, Any],
+        WithJsonSchema(
+            {
+                "type": "object",
+                "description": "A BillableMetric of the price book schema "
+                "(schemas/price-book/price-book.schema.json#/$defs/BillableMetric), "
+                "decimals as strings.",
+            }
+        ),
+    ]
+    content_sha256: Annotated[str, Field(pattern=SHA256_PATTERN)]
+    published_at: UtcDateTime
+
+    def record_key(self) -> str:
+        return f"metric/{self.metric_code}"
+
+
+class PlanVersionPublished(EventData):
+    """A plan version of the price book was published (``plan_version.published``,
+    topic ``billing.price-book.v1``, key ``plan/<plan code>/<version>``). Immutable:
+    publishing the same version with other content is refused; a price change is a
+    new version.
+
+    ``definition`` is the version as the price book states it (version,
+    effective_from, currency, charges) in canonical JSON
+    (``schemas/price-book/price-book.schema.json``, ``$defs/PlanVersion``);
+    ``content_sha256`` is the SHA-256 of that canonical JSON. ``plan_name`` is the
+    plan's name when the version was published (not part of the content).
+    """
+
+    event_type: ClassVar[str] = "plan_version.published"
+
+    plan_code: Code
+    plan_name: Annotated[str, Field(max_length=256)] | None = None
+    plan_version: Annotated[int, Field(ge=1)]
+    effective_from: date
+    currency: Currency
+    definition: Annotated[
+        dict[str, Any],
+        WithJsonSchema(
+            {
+                "type": "object",
+                "description": "A PlanVersion of the price book schema "
+                "(schemas/price-book/price-book.schema.json#/$defs/PlanVersion), "
+                "decimals as strings.",
+            }
+        ),
+    ]
+    content_sha256: Annotated[str, Field(pattern=SHA256_PATTERN)]
+    published_at: UtcDateTime
+
+    def record_key(self) -> str:
+        return f"plan/{self.plan_code}/{self.plan_version}"
+
+
 AccountEventData = (
     CustomerUpserted
     | UsageRecorded
@@ -390,6 +617,7 @@ AccountEventData = (
     | SubscriptionEnded
 )
 InvoiceEventData = InvoiceIssued | CreditNoteIssued | InvoiceVoided
+PriceBookEventData = BillableMetricPublished | PlanVersionPublished
 
 #: Event type → data model, for every type the pipeline knows.
 EVENT_TYPES: dict[str, type[EventData]] = {
@@ -405,6 +633,8 @@ EVENT_TYPES: dict[str, type[EventData]] = {
         SubscriptionStarted,
         SubscriptionChanged,
         SubscriptionEnded,
+        BillableMetricPublished,
+        PlanVersionPublished,
     )
 }
 
@@ -448,8 +678,9 @@ class Envelope(BaseModel):
     def wrap(
         cls, data: EventData, *, id: str, source: str, time: datetime | None = None
     ) -> Envelope:
-        """An envelope for ``data`` with ``subject`` = its customer id."""
-        subject = str(getattr(data, "customer_id"))  # noqa: B009 - every event names its customer
+        """An envelope for ``data`` with ``subject`` = its record key (the customer id,
+        :meth:`EventData.record_key`)."""
+        subject = data.record_key()
         return cls(
             id=id,
             source=source,

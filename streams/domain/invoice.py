@@ -32,7 +32,13 @@ from datetime import datetime
 from decimal import Decimal
 
 from streams.domain.errors import InvoiceRuleViolation
-from streams.domain.events import LineSummary, SourceRange, TaxAmount
+from streams.domain.events import (
+    ChargeSummary,
+    LineSummary,
+    RatingSummary,
+    SourceRange,
+    TaxAmount,
+)
 from streams.domain.money import InvalidAmount, round_money
 
 #: Significant digits of the exact sums: far beyond any invoice (a 10^20 total
@@ -144,6 +150,8 @@ class InvoiceTotals:
     * ``largest_lines`` — the largest lines by absolute amount (ties: event id).
     * ``source`` — per (topic, partition), the first and last offset of the lines
       (DESIGN §3 invariant 6), sorted by topic then partition.
+    * ``charges`` and ``rating`` — a rated invoice's charge lines and rating summary
+      (:class:`PricedInvoice`); ``()`` and None for an invoice of pre-priced lines only.
     """
 
     currency: str
@@ -154,11 +162,14 @@ class InvoiceTotals:
     total: Decimal
     largest_lines: tuple[LineSummary, ...]
     source: tuple[SourceRange, ...]
+    charges: tuple[ChargeSummary, ...] = ()
+    rating: RatingSummary | None = None
 
 
-def _describe(line: UsageLine) -> str:
-    # LineSummary needs a text; FOCUS rows always carry ChargeDescription, other
-    # sources may not, so fall back to what identifies the charge best.
+def describe_line(line: UsageLine) -> str:
+    """A usage line's text on the invoice (:class:`LineSummary` needs one): its
+    description; FOCUS rows always carry ChargeDescription, other sources may not,
+    so else what identifies the charge best (SKU, charge category, event id)."""
     return line.description or line.sku_id or line.charge_category or line.event_id
 
 
@@ -171,8 +182,13 @@ class PricedInvoice:
     service only for an invoice that will be accepted (the tax service commits a
     document per idempotency key; see :func:`apply_tax`).
 
-    * ``lines`` — the distinct lines, in input order.
-    * ``subtotal`` — exact sum of the line amounts, rounded once (half-even).
+    * ``lines`` — the distinct usage lines, in input order, each at the amount billed
+      (a plan's markup applied: :mod:`streams.domain.rating.priced`).
+    * ``charges`` — a rated invoice's charge lines (not usage events), each taxed
+      under its ``line_id``; ``()`` for an invoice of pre-priced lines only.
+    * ``rating`` — a rated invoice's :class:`~streams.domain.events.RatingSummary`
+      (None otherwise): the invoice event carries it.
+    * ``subtotal`` — exact sum of the line and charge amounts, rounded once (half-even).
     * ``largest_lines`` and ``source`` — as in :class:`InvoiceTotals`.
     """
 
@@ -181,6 +197,21 @@ class PricedInvoice:
     subtotal: Decimal
     largest_lines: tuple[LineSummary, ...]
     source: tuple[SourceRange, ...]
+    charges: tuple[ChargeSummary, ...] = ()
+    rating: RatingSummary | None = None
+
+    @property
+    def line_count(self) -> int:
+        """Invoice lines: usage lines and charges."""
+        return len(self.lines) + len(self.charges)
+
+    def tax_lines(self) -> list[TaxLine]:
+        """The tax document's lines: each charge (``line_id``, no region), then each
+        usage line (``event_id``), in invoice order. One tax line per invoice line."""
+        return [
+            TaxLine(line_id=charge.line_id, amount=charge.amount, region_id=None, tax_code=None)
+            for charge in self.charges
+        ] + [line.tax_line() for line in self.lines]
 
 
 def price_invoice(lines: Sequence[UsageLine], *, currency: str, largest: int = 5) -> PricedInvoice:
@@ -218,7 +249,10 @@ def price_invoice(lines: Sequence[UsageLine], *, currency: str, largest: int = 5
     ranked = sorted(lines, key=lambda line: (-abs(line.amount), line.event_id))[:largest]
     largest_lines = tuple(
         LineSummary(
-            description=_describe(line), amount=line.amount, quantity=line.quantity, unit=line.unit
+            description=describe_line(line),
+            amount=line.amount,
+            quantity=line.quantity,
+            unit=line.unit,
         )
         for line in ranked
     )
@@ -238,15 +272,22 @@ def apply_tax(priced: PricedInvoice, taxed: Sequence[TaxedLine]) -> InvoiceTotal
     fail, whatever the lines were (they were checked by :func:`price_invoice`).
 
     Args:
-        priced: the invoice from :func:`price_invoice`.
-        taxed: exactly one :class:`TaxedLine` per line (``line_id`` = ``event_id``).
+        priced: the invoice from :func:`price_invoice` (or, rated, from
+            :func:`streams.domain.rating.priced_invoice`).
+        taxed: exactly one :class:`TaxedLine` per line (``line_id`` = ``event_id``) and
+            per charge (``line_id``): :meth:`PricedInvoice.tax_lines`.
 
     Raises:
         InvoiceRuleViolation: a line with no or several taxed lines; a taxed line
             for an unknown line; a tax sum that cannot be held exactly.
     """
     currency = priced.currency
-    by_id = {line.event_id: line for line in priced.lines}
+    amounts: dict[str, Decimal] = {charge.line_id: charge.amount for charge in priced.charges}
+    for line in priced.lines:
+        if line.event_id in amounts:
+            raise InvoiceRuleViolation(f"line id {line.event_id!r} is used twice on the invoice")
+        amounts[line.event_id] = line.amount
+    by_id = amounts
     tax_of: dict[str, TaxedLine] = {}
     for answer in taxed:
         if answer.line_id not in by_id:
@@ -259,17 +300,17 @@ def apply_tax(priced: PricedInvoice, taxed: Sequence[TaxedLine]) -> InvoiceTotal
         shown = ", ".join(repr(e) for e in untaxed[:5])
         raise InvoiceRuleViolation(f"{len(untaxed)} line(s) without a tax answer: {shown}")
 
-    groups: dict[tuple[str, Decimal], list[UsageLine]] = {}
-    for line in priced.lines:
-        answer = tax_of[line.event_id]
+    groups: dict[tuple[str, Decimal], list[str]] = {}
+    for line_id in by_id:
+        answer = tax_of[line_id]
         # Decimal("0.20") == Decimal("0.2") and they hash alike: one group.
-        groups.setdefault((answer.tax_code, answer.rate), []).append(line)
+        groups.setdefault((answer.tax_code, answer.rate), []).append(line_id)
     taxes = tuple(
         TaxAmount(
             tax_code=code,
             rate=rate,
-            taxable_amount=_sum(line.amount for line in members),
-            amount=round_money(_sum(tax_of[line.event_id].tax for line in members), currency),
+            taxable_amount=_sum(by_id[line_id] for line_id in members),
+            amount=round_money(_sum(tax_of[line_id].tax for line_id in members), currency),
         )
         for (code, rate), members in sorted(groups.items(), key=lambda item: item[0])
     )
@@ -277,13 +318,15 @@ def apply_tax(priced: PricedInvoice, taxed: Sequence[TaxedLine]) -> InvoiceTotal
     total = _sum((priced.subtotal, tax_total))
     return InvoiceTotals(
         currency=currency,
-        line_count=len(priced.lines),
+        line_count=priced.line_count,
         subtotal=priced.subtotal,
         taxes=taxes,
         tax_total=tax_total,
         total=total,
         largest_lines=priced.largest_lines,
         source=priced.source,
+        charges=priced.charges,
+        rating=priced.rating,
     )
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from streams.stack.fake_tax import FakeTaxConfig
+from streams.stack.fake_tax.config import FakeTaxConfig
 
 #: The billing period the drill invoices (in the past, so close-period's topic scan
 #: window covers every event).

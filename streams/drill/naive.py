@@ -214,7 +214,8 @@ class NaiveWorker(threading.Thread):
             (customer_id, ctx.period, len(lines), subtotal, tax_total, total, self.name),
         ).fetchone()
         assert row is not None
-        invoice_id = int(row[0])
+        (new_id,) = row
+        invoice_id = int(new_id)
         # Emailed straight from the worker.
         message_id = _send_email(
             ctx.smtp_port, customer_id, customer[0], customer[1], ctx.period, invoice_id, total
@@ -307,14 +308,16 @@ def _record_job(
 
 @contextlib.contextmanager
 def _database(settings: Settings, name: str) -> Iterator[str]:
-    """Create the run's own database (dropped afterwards); yields its DSN."""
-    admin_dsn = settings.postgres.dsn()
+    """Create the run's own database (dropped afterwards); yields its DSN. A throwaway of
+    the design that failed, which had no roles: the provisioner login creates it, owns
+    it and is what the naive workers connect as."""
+    admin_dsn = settings.postgres.dsn("provisioner")
     with psycopg.connect(admin_dsn, autocommit=True) as conn:
         conn.execute(
             sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
         )
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    dsn = settings.postgres.dsn(database=name)
+    dsn = settings.postgres.dsn("provisioner", database=name)
     try:
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(SCHEMA)
@@ -476,13 +479,14 @@ def _wait_workers(
                 raise DrillError(f"the naive run did not finish in {timeout_s:.0f} s")
             if time.monotonic() - last_report >= 10:
                 last_report = time.monotonic()
-                row = conn.execute(
+                progress = conn.execute(
                     "SELECT count(DISTINCT customer_id), count(*) FROM naive_invoices"
                 ).fetchone()
-                assert row is not None
+                assert progress is not None
+                invoiced, invoices = progress
                 say(
-                    f"naive: {time.monotonic() - started:.0f} s: {row[0]}/{customers} customers "
-                    f"invoiced, {row[1]} invoices"
+                    f"naive: {time.monotonic() - started:.0f} s: {invoiced}/{customers} customers "
+                    f"invoiced, {invoices} invoices"
                 )
             time.sleep(0.2)
     dead = [w for w in workers if w.error is not None]
@@ -501,8 +505,8 @@ def _count(
 ) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         per_customer = {
-            str(r[0]): int(r[1])
-            for r in conn.execute(
+            str(customer_id): int(invoices)
+            for customer_id, invoices in conn.execute(
                 "SELECT customer_id, count(*) FROM naive_invoices GROUP BY customer_id"
             ).fetchall()
         }
@@ -511,8 +515,8 @@ def _count(
             "coalesce(max(seconds), 0) FROM naive_jobs"
         ).fetchone()
         large_jobs = [
-            float(r[0])
-            for r in conn.execute(
+            float(seconds)
+            for (seconds,) in conn.execute(
                 "SELECT seconds FROM naive_jobs WHERE outcome = 'invoiced' AND customer_id = ANY(%s)",
                 (sorted(large),),
             ).fetchall()

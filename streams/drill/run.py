@@ -12,14 +12,14 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from streams.drill.config import DrillConfig
-from streams.drill.report import DrillReport
 from streams.settings import Settings
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the config pulls in the tax client's wire module: only when a drill runs
     import redis
     from confluent_kafka import Producer
 
+    from streams.drill.config import DrillConfig
+    from streams.drill.report import DrillReport
     from streams.importers.close_period import ClosePeriodRun
 
 

@@ -184,12 +184,12 @@ def _wait_claimed(p: Pipeline, members: int, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     with p.connect() as conn:
         while time.monotonic() < deadline:
-            row = conn.execute(
+            claimed = conn.execute(
                 "SELECT count(*), count(DISTINCT member_id) FROM partition_fences "
                 "WHERE group_id = %s AND topic = %s",
                 (p.settings.worker.invoicing_group, p.topic),
             ).fetchone()
-            if row is not None and (int(row[0]), int(row[1])) == (
+            if claimed is not None and tuple(int(n) for n in claimed) == (
                 ACCOUNT_EVENTS.partitions,
                 members,
             ):
@@ -224,7 +224,8 @@ def _wait_done(
                 (config.period, ids),
             ).fetchone()
             assert row is not None
-            counts = (int(row[0]), int(row[1]))
+            invoiced, emailed = row
+            counts = (int(invoiced), int(emailed))
             if counts == (len(ids), len(ids)):
                 return
             if dead := _dead_workers(p):
@@ -258,7 +259,7 @@ def _count(report: DrillReport, p: Pipeline, customers: list[DrillCustomer]) -> 
             "WHERE billing_period = %s AND customer_id = ANY(%s)",
             (report.period, ids),
         ).fetchall()
-    per_customer: Counter[str] = Counter(str(r[0]) for r in rows)
+    per_customer: Counter[str] = Counter(str(customer_id) for customer_id, _, _, _ in rows)
     report.invoices = len(rows)
     report.duplicate_invoices, report.customers_invoiced_twice, report.customers_invoiced_3_plus = (
         duplicate_counts(dict(per_customer))
@@ -272,7 +273,9 @@ def _count(report: DrillReport, p: Pipeline, customers: list[DrillCustomer]) -> 
     report.duplicate_emails = max(
         duplicate_counts(by_message_id)[0], duplicate_counts(by_invoice)[0]
     )
-    report.unemailed = len({str(r[1]) for r in rows if r[2] != 0} - set(by_invoice))
+    report.unemailed = len(
+        {str(invoice_id) for _, invoice_id, total, _ in rows if total != 0} - set(by_invoice)
+    )
 
     logs = _logs(p)
     report.fencing_refusals = logs.count(FENCING_LINE)

@@ -32,6 +32,15 @@ Money: amounts are ``Decimal`` shown at the currency's minor unit
 e.g. ``1,234.50 USD``, ``1,235 JPY``; never converted to float. Tax rates are
 fractions shown as percentages (``0.065`` → ``6.5%``).
 
+Rated invoices (the event carries ``rating``, issue 12): instead of the largest
+lines, the email lists every charge line per plan version with how it was
+computed (quantity x unit price, each tier, the packages, the proration, the
+minimum's true-up), the pre-priced usage per plan version (cost, markup,
+billed), then how the lines relate to the subtotal: the exact sum of the lines
+(line amounts are shown **exact**, :func:`format_exact`, so they add up to it)
+and the subtotal, that sum rounded once, half-even, to the minor unit. An
+invoice without ``rating`` (pre-priced lines only) renders as it always did.
+
 HTML: every interpolated value goes through :func:`html.escape` (quotes
 included) in one helper. A template library (Jinja2 with autoescape) was
 considered; the layout is one small fixed table, so the standard library keeps
@@ -51,8 +60,21 @@ from email.message import EmailMessage
 from email.utils import format_datetime
 from typing import Literal
 
-from streams.domain.events import CreditNoteIssued, InvoiceIssued, LineSummary, TaxAmount
-from streams.domain.money import UnknownCurrency, minor_unit_exponent, round_money
+from streams.domain.events import (
+    ChargeSummary,
+    CreditNoteIssued,
+    InvoiceIssued,
+    LineSummary,
+    RatingSummary,
+    TaxAmount,
+)
+from streams.domain.money import (
+    InvalidAmount,
+    UnknownCurrency,
+    canonical_decimal,
+    minor_unit_exponent,
+    round_money,
+)
 from streams.email.errors import RenderError
 
 #: Right-hand side of every ``Message-ID`` this sender makes.
@@ -150,6 +172,32 @@ def format_amount(amount: Decimal, currency: str) -> str:
     return format(rounded, f",.{exponent}f")
 
 
+def format_exact(amount: Decimal, currency: str) -> str:
+    """``amount`` exactly, with thousands separators and at least the currency's minor
+    unit of decimals (more when it has them), no code: ``Decimal("187.6536"), "USD"``
+    → ``"187.6536"``; ``Decimal("199")`` → ``"199.00"``. Never rounds: a rated
+    invoice's lines add up to the exact sum its subtotal rounds.
+
+    Raises:
+        RenderError: the currency is not one we bill in, or not a finite amount.
+    """
+    try:
+        exponent = minor_unit_exponent(currency)
+        value = canonical_decimal(amount)
+    except (UnknownCurrency, InvalidAmount) as exc:
+        raise RenderError(str(exc)) from exc
+    places = value.as_tuple().exponent
+    decimals = max(exponent, -places if isinstance(places, int) else 0)
+    if value.is_zero():
+        value = value.copy_abs()
+    return format(value, f",.{decimals}f")
+
+
+def format_quantity(quantity: Decimal) -> str:
+    """A quantity exactly, thousands separated: ``Decimal("1234567.50")`` → ``"1,234,567.5"``."""
+    return format(canonical_decimal(quantity), ",f")
+
+
 def format_money(amount: Decimal, currency: str) -> str:
     """:func:`format_amount` followed by the ISO 4217 code: ``"1,234.50 USD"``."""
     return f"{format_amount(amount, currency)} {currency}"
@@ -209,7 +257,9 @@ def _invoice_text(doc: InvoiceIssued, lines: tuple[LineSummary, ...], event_id: 
     ]
     if doc.supersedes_invoice_id:
         out.append(f"Replaces:        invoice {_oneline(doc.supersedes_invoice_id)}")
-    if lines:
+    if doc.rating is not None:
+        out += _rated_text(doc, doc.rating)
+    elif lines:
         out += ["", _largest_title(len(lines), doc.line_count) + ":"]
         width = max(len(format_money(line.amount, cur)) for line in lines)
         for line in lines:
@@ -260,7 +310,9 @@ def _invoice_html(doc: InvoiceIssued, lines: tuple[LineSummary, ...], event_id: 
         *(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in rows),
         "</table>",
     ]
-    if lines:
+    if doc.rating is not None:
+        parts += _rated_html(doc, doc.rating)
+    elif lines:
         parts += [
             f"<h3>{_e(_largest_title(len(lines), doc.line_count))}</h3>",
             '<table class="lines"><tr><th>Description</th><th>Amount</th></tr>',
@@ -286,6 +338,155 @@ def _invoice_html(doc: InvoiceIssued, lines: tuple[LineSummary, ...], event_id: 
         "</body></html>",
     ]
     return "\n".join(parts) + "\n"
+
+
+# --------------------------------------------------------------------------- rated invoice
+
+
+def _range_text(first: object, last: object) -> str:
+    return str(first) if first == last else f"{first}..{last}"
+
+
+def _charge_detail(charge: ChargeSummary, cur: str) -> list[str]:
+    """How a charge's amount was computed, one line each (exact figures)."""
+    unit = f" {_oneline(charge.unit)}" if charge.unit else ""
+    out: list[str] = []
+    if charge.quantity is not None and charge.unit_price is not None:
+        out.append(
+            f"{format_quantity(charge.quantity)}{unit} x {format_exact(charge.unit_price, cur)}"
+        )
+    elif charge.quantity is not None:
+        out.append(f"{format_quantity(charge.quantity)}{unit}")
+    for tier in charge.tiers:
+        bound = "∞" if tier.up_to is None else format_quantity(tier.up_to)
+        flat = (
+            f" + flat {format_exact(tier.flat_amount, cur)}"
+            if not tier.flat_amount.is_zero()
+            else ""
+        )
+        out.append(
+            f"tier {tier.tier} (above {format_quantity(tier.above)} up to {bound}): "
+            f"{format_quantity(tier.units)} x {format_exact(tier.unit_price, cur)}{flat} = "
+            f"{format_exact(tier.amount, cur)}"
+        )
+    if charge.package is not None:
+        package = charge.package
+        free = (
+            f", after {format_quantity(package.free_units)} free"
+            if not package.free_units.is_zero()
+            else ""
+        )
+        out.append(
+            f"{package.packages} package(s) of {format_quantity(package.package_size)}{unit} "
+            f"at {format_exact(package.price, cur)}{free}"
+        )
+    if charge.proration is not None:
+        proration = charge.proration
+        out.append(
+            f"{format_exact(proration.full_amount, cur)} x {proration.days}/"
+            f"{proration.days_in_period} days"
+        )
+    if charge.true_up is not None:
+        out.append(
+            f"minimum {format_exact(charge.true_up.minimum, cur)} - charged "
+            f"{format_exact(charge.true_up.charged, cur)}"
+        )
+    return out
+
+
+def _plan_title(code: str | None, version: int | None, rating: RatingSummary) -> str:
+    if code is None:
+        return "Pre-priced usage at cost"
+    days = [
+        _range_text(d.first, d.last)
+        for s in rating.segments
+        if (s.plan_code, s.plan_version) == (code, version)
+        for d in s.days
+    ]
+    return f"Plan {_oneline(code)} v{version}" + (f" ({', '.join(days)})" if days else "")
+
+
+def _rated_groups(
+    doc: InvoiceIssued, rating: RatingSummary
+) -> list[tuple[str, list[tuple[str, Decimal, list[str]]]]]:
+    """Per plan version (segment order, then pass-through at cost): its lines as
+    (description, exact amount, detail lines)."""
+    cur = doc.currency
+    groups: dict[tuple[str | None, int | None], list[tuple[str, Decimal, list[str]]]] = {}
+    for segment in rating.segments:
+        groups.setdefault((segment.plan_code, segment.plan_version), [])
+    for charge in doc.charges or ():
+        groups.setdefault((charge.plan_code, charge.plan_version), []).append(
+            (_oneline(charge.description), charge.amount, _charge_detail(charge, cur))
+        )
+    for part in rating.pass_through:
+        markup = (
+            ""
+            if part.markup_percent is None or part.markup_percent.is_zero()
+            else f", {'markup' if part.markup_percent > 0 else 'discount'} "
+            f"{format_quantity(abs(part.markup_percent))}%"
+        )
+        groups.setdefault((part.plan_code, part.plan_version), []).append(
+            (
+                f"Pre-priced usage ({part.lines:,} line(s))",
+                part.amount,
+                [f"cost {format_exact(part.cost, cur)}{markup}"],
+            )
+        )
+    return [
+        (_plan_title(code, version, rating), lines)
+        for (code, version), lines in groups.items()
+        if lines
+    ]
+
+
+def _rated_text(doc: InvoiceIssued, rating: RatingSummary) -> list[str]:
+    cur = doc.currency
+    groups = _rated_groups(doc, rating)
+    amounts = [format_exact(amount, cur) for _, lines in groups for _, amount, _ in lines]
+    width = max([len(a) for a in amounts] + [len(format_exact(rating.exact_total, cur))])
+    out = ["", "Charges:"]
+    for title, lines in groups:
+        out.append(f"  {title}")
+        for description, amount, detail in lines:
+            out.append(f"    {format_exact(amount, cur).rjust(width)} {cur}  {description}")
+            out.extend(f"    {' ' * (width + len(cur) + 3)}{text}" for text in detail)
+    out += [
+        "",
+        f"Sum of the lines (exact): {format_exact(rating.exact_total, cur)} {cur}",
+        f"Subtotal = the sum rounded once, half-even, to the minor unit: "
+        f"{format_money(doc.subtotal, cur)}",
+    ]
+    if rating.metered_events:
+        out.append(f"Metered events rated: {rating.metered_events:,}")
+    return out
+
+
+def _rated_html(doc: InvoiceIssued, rating: RatingSummary) -> list[str]:
+    cur = doc.currency
+    parts = [
+        "<h3>Charges</h3>",
+        '<table class="charges"><tr><th>Charge</th><th>How</th><th>Amount</th></tr>',
+    ]
+    for title, lines in _rated_groups(doc, rating):
+        parts.append(f'<tr><th colspan="3" style="text-align:left">{_e(title)}</th></tr>')
+        for description, amount, detail in lines:
+            parts.append(
+                f"<tr><td>{_e(description)}</td><td>{'<br>'.join(_e(t) for t in detail)}</td>"
+                f'<td style="text-align:right">{_e(format_exact(amount, cur))} {_e(cur)}</td></tr>'
+            )
+    parts += [
+        "</table>",
+        '<table class="rating">',
+        f"<tr><th>Sum of the lines (exact)</th><td>{_e(format_exact(rating.exact_total, cur))} "
+        f"{_e(cur)}</td></tr>",
+        "<tr><th>Subtotal (the sum rounded once, half-even, to the minor unit)</th>"
+        f"<td>{_e(format_money(doc.subtotal, cur))}</td></tr>",
+    ]
+    if rating.metered_events:
+        parts.append(f"<tr><th>Metered events rated</th><td>{rating.metered_events:,}</td></tr>")
+    parts.append("</table>")
+    return parts
 
 
 # --------------------------------------------------------------------------- credit note

@@ -8,7 +8,7 @@ Per record (:meth:`EmailSender.process`):
    (``allowed=(InvoiceIssued, CreditNoteIssued, InvoiceVoided)``);
    an **undecodable record** is dead-lettered as it was read to
    ``billing.invoices.dlq.v1`` with ``dlq.reason`` and its source coordinates
-   (:class:`streams.invoicing.dlq.DeadLetters`; invariant 5 of DESIGN §3), logged
+   (:class:`streams.billing.dead_letters.DeadLetters`; invariant 5 of DESIGN §3), logged
    at ERROR and counted (``invoicing_email_invalid_records_total``); then its
    offset is committed. If the dead letter cannot be delivered, the record is
    retried like a transient failure (never skipped unrecorded). The topic is
@@ -39,8 +39,9 @@ Failures:
   ``smtp_rejected: …`` / ``render_failed: …``, an ERROR log line, a metric; the
   offset is committed. No new status is needed, so the schema is unchanged.
 
-Commit order: :meth:`EmailSender.handle` — the row is final in PostgreSQL, then
-the offset is committed to Kafka synchronously.
+Commit order: :meth:`EmailSender.handle`, through the kernel's commit point
+(:class:`streams.billing.commit.CommitPoint`) — the row is final in PostgreSQL,
+then the offset is committed to Kafka synchronously.
 
 Metrics (prometheus_client, default registry), all counters:
 ``invoicing_email_sent_total{document_type}``,
@@ -54,7 +55,6 @@ Metrics (prometheus_client, default registry), all counters:
 from __future__ import annotations
 
 import logging
-import signal
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -63,10 +63,9 @@ from email.errors import HeaderParseError
 from email.headerregistry import Address
 from email.message import EmailMessage
 from enum import StrEnum
-from types import FrameType
-from typing import Any, Literal
+from typing import Literal
 
-from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
+from confluent_kafka import KafkaException, Message, TopicPartition
 from prometheus_client import Counter, start_http_server
 from psycopg_pool import ConnectionPool
 from tenacity import (
@@ -78,7 +77,9 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
-from streams.billing.ports import MailTransport
+from streams.billing.commit import CommitPoint
+from streams.billing.dead_letters import DeadLetterError
+from streams.billing.ports import DeadLetterSink, KafkaSource, MailTransport
 from streams.domain.codec import decode
 from streams.domain.errors import InvalidEvent
 from streams.domain.events import CreditNoteIssued, InvoiceIssued, InvoiceVoided
@@ -96,12 +97,12 @@ from streams.email.render import (
 from streams.email.store import (
     Claim,
     ClaimKind,
+    Deliveries,
     DeliverOutcome,
     DeliveryStore,
     NewDelivery,
 )
 from streams.email.transport import SmtpTransport
-from streams.invoicing.dlq import DeadLetterError, DeadLetters
 from streams.settings import Settings
 from streams.topics import INVOICES, INVOICES_DLQ
 
@@ -176,12 +177,12 @@ class ProcessResult:
 
 def invoices_topic(settings: Settings) -> str:
     """The topic the sender consumes: ``settings.kafka.topic_prefix + "billing.invoices.v1"``."""
-    return settings.kafka.topic_prefix + INVOICES.name
+    return INVOICES.with_prefix(settings.kafka.topic_prefix).name
 
 
 def invoices_dlq_topic(settings: Settings) -> str:
     """The sender's dead-letter topic: ``topic_prefix + "billing.invoices.dlq.v1"``."""
-    return settings.kafka.topic_prefix + INVOICES_DLQ.name
+    return INVOICES_DLQ.with_prefix(settings.kafka.topic_prefix).name
 
 
 def _coords(msg: Message) -> tuple[str, int, int]:
@@ -207,29 +208,34 @@ class EmailSender:
     Args:
         settings: ``smtp`` (relay, from address, timeout), ``kafka``
             (``max_poll_interval_ms`` bounds the retry budget), ``worker``.
-        pool: psycopg pool (``autocommit=False`` connections) for ``email_deliveries``.
+        pool: psycopg pool (``autocommit=False`` connections) for ``email_deliveries``;
+            not needed when ``deliveries`` is given.
         consumer: the group member whose offsets :meth:`handle` commits; not needed
             by :meth:`process`.
         transport: defaults to :class:`SmtpTransport` on ``settings.smtp``.
         stop: when set, retries of a transient failure stop early (shutdown).
         dead_letters: where undecodable records go (:func:`invoices_dlq_topic`);
-            :func:`run_email_sender` always gives one. None (unit tests of
+            :func:`streams.bootstrap.email_sender` always gives one. None (unit tests of
             :meth:`process` only): such records are logged and counted only.
+        deliveries: the ``email_deliveries`` store (default: :class:`DeliveryStore` on
+            ``pool``, lock timeout ``settings.smtp.timeout_s``).
 
     Raises:
         EmailConfigurationError: ``settings.smtp.from_address`` is not an address.
+        TypeError: neither ``pool`` nor ``deliveries`` was given.
     """
 
     def __init__(
         self,
         settings: Settings,
-        pool: ConnectionPool,
+        pool: ConnectionPool | None = None,
         *,
-        consumer: Consumer | None = None,
+        consumer: KafkaSource | None = None,
         transport: MailTransport | None = None,
         stop: threading.Event | None = None,
         domain: str = MESSAGE_ID_DOMAIN,
-        dead_letters: DeadLetters | None = None,
+        dead_letters: DeadLetterSink | None = None,
+        deliveries: Deliveries | None = None,
     ) -> None:
         try:
             Address(addr_spec=settings.smtp.from_address)
@@ -238,8 +244,20 @@ class EmailSender:
                 f"settings.smtp.from_address {settings.smtp.from_address!r} is not an address"
             ) from exc
         self._settings = settings
-        self._store = DeliveryStore(pool, lock_timeout_s=settings.smtp.timeout_s)
+        if deliveries is None:
+            if pool is None:
+                raise TypeError("EmailSender needs a pool or a deliveries store")
+            deliveries = DeliveryStore(pool, lock_timeout_s=settings.smtp.timeout_s)
+        self._store: Deliveries = deliveries
         self._consumer = consumer
+        self._commit_point = (
+            CommitPoint(
+                consumer,
+                consequence="row already final: the next owner absorbs the redelivery",
+            )
+            if consumer is not None
+            else None
+        )
         self._transport: MailTransport = transport or SmtpTransport(settings.smtp)
         self._stop = stop or threading.Event()
         self._domain = domain
@@ -248,7 +266,7 @@ class EmailSender:
         self.retry_budget_s = max(1.0, settings.kafka.max_poll_interval_ms / 1000 / 4)
 
     @property
-    def store(self) -> DeliveryStore:
+    def store(self) -> Deliveries:
         return self._store
 
     # ------------------------------------------------------------------ one record
@@ -458,7 +476,8 @@ class EmailSender:
     def handle(self, msg: Message) -> ProcessResult:
         """Process one record, then commit its offset: the one place that owns the order.
 
-        Order (CONVENTIONS §4 "One commit point", DESIGN "Email"):
+        Order (CONVENTIONS §4 "One commit point", DESIGN "Email"; the commit goes
+        through :class:`streams.billing.commit.CommitPoint`):
 
         1. :meth:`process` — the ``email_deliveries`` row is claimed in a committed
            transaction *before* the SMTP send, and marked ``'sent'``/``'skipped'``
@@ -471,35 +490,21 @@ class EmailSender:
         the redelivery is a duplicate no-op (or, if the crash came between send and
         mark, a resend with the same ``Message-ID``). A transient failure in 1
         raises before 2, so the offset never moves past an unsent email. A failed
-        offset commit (the partition was revoked meanwhile) is logged, not raised:
-        the row is final, so the new owner's redelivery is a no-op.
+        offset commit (the partition was revoked meanwhile) is logged and counted
+        (``invoicing_offset_commit_failures_total``), not raised: the row is final,
+        so the new owner's redelivery is a no-op.
 
         Raises:
             TransientEmailError: from :meth:`process`; nothing committed.
             RuntimeError: no consumer was given to this sender.
         """
-        consumer = self._consumer
-        if consumer is None:
+        if self._commit_point is None:
             raise RuntimeError("EmailSender.handle needs the consumer whose offsets it commits")
-        result = self.process(msg)
-        self._commit(consumer, msg)
-        return result
-
-    @staticmethod
-    def _commit(consumer: Consumer, msg: Message) -> None:
         topic, partition, offset = _coords(msg)
-        tp = TopicPartition(topic, partition, offset + 1)
-        try:
-            consumer.commit(offsets=[tp], asynchronous=False)
-        except KafkaException as exc:
-            logger.warning(
-                "offset commit of %s/%d@%d failed (row already final; the next owner "
-                "absorbs the redelivery): %s",
-                tp.topic,
-                tp.partition,
-                tp.offset,
-                exc,
-            )
+        result, _committed = self._commit_point.write_then_commit(
+            lambda: self.process(msg), [TopicPartition(topic, partition, offset + 1)]
+        )
+        return result
 
     # ------------------------------------------------------------------ loop
 
@@ -542,7 +547,7 @@ class EmailSender:
                 self._stop.wait(pause_s)
 
     @staticmethod
-    def _seek_back(consumer: Consumer, msg: Message) -> None:
+    def _seek_back(consumer: KafkaSource, msg: Message) -> None:
         try:
             consumer.seek(TopicPartition(*_coords(msg)))
         except KafkaException as exc:  # the partition was revoked meanwhile
@@ -551,76 +556,29 @@ class EmailSender:
             )
 
 
-def _log_partitions(what: str) -> Callable[[Consumer, list[TopicPartition]], None]:
-    def callback(consumer: Consumer, partitions: list[TopicPartition]) -> None:
+def _log_partitions(what: str) -> Callable[[KafkaSource, list[TopicPartition]], None]:
+    def callback(consumer: KafkaSource, partitions: list[TopicPartition]) -> None:
         logger.info("%s: %s", what, ", ".join(f"{p.topic}[{p.partition}]" for p in partitions))
 
     return callback
 
 
-def run_email_sender(
-    settings: Settings,
-    *,
-    stop: threading.Event | None = None,
-    pool: ConnectionPool | None = None,
-    consumer: Consumer | None = None,
-) -> None:
-    """Run the email sender until ``stop`` is set (or SIGTERM/SIGINT arrives).
-
-    Builds what is not given from ``settings`` through :mod:`streams.bootstrap`:
-    the pool, and a consumer of group ``settings.worker.email_group`` (manual
-    commits). Subscribes the consumer to :func:`invoices_topic`. Serves Prometheus
-    metrics on ``127.0.0.1:settings.worker.metrics_port`` when that is not 0.
-
-    Shutdown: when ``stop`` is None, SIGTERM and SIGINT set an internal stop event
-    (installed only when called from the main thread; the previous handlers are
-    restored on return). The record in hand is finished and its offset committed
-    (a record still failing transiently is left uncommitted, for redelivery); then
-    the consumer and pool this function built are closed. A given consumer or pool
-    is left open: its owner closes it.
+def serve(sender: EmailSender, consumer: KafkaSource, settings: Settings) -> None:
+    """Subscribe ``consumer`` to :func:`invoices_topic` and run ``sender`` until its
+    ``stop`` is set. Serves Prometheus metrics on ``127.0.0.1:settings.worker.metrics_port``
+    when that is not 0 (stopped on return). The caller built ``sender`` with
+    ``consumer`` and closes both (:func:`streams.bootstrap.run_email_sender` does).
 
     Raises:
-        EmailConfigurationError: invalid ``settings.smtp.from_address``.
         KafkaException: a fatal consumer error.
-        psycopg_pool.PoolTimeout: the database did not answer at start (30 s).
     """
-    from streams import bootstrap  # the composition root builds what was not given
-
-    own_stop = stop is None
-    stop_event = stop or threading.Event()
-    previous: dict[signal.Signals, Any] = {}
-    if own_stop and threading.current_thread() is threading.main_thread():
-
-        def on_signal(signum: int, frame: FrameType | None) -> None:
-            logger.info("signal %d: finishing the current record, then stopping", signum)
-            stop_event.set()
-
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            previous[sig] = signal.signal(sig, on_signal)
-
-    own_pool = pool is None
-    own_consumer = consumer is None
-    the_pool = pool or bootstrap.postgres_pool(settings, name="email-sender")
-    the_consumer: Consumer | None = None
     server = None
     try:
-        the_consumer = consumer or bootstrap.consumer(settings, settings.worker.email_group)
-        producer = bootstrap.producer(settings)
-        dead_letters = DeadLetters(
-            producer, invoices_dlq_topic(settings), settings.worker.email_group
-        )
-        sender = EmailSender(
-            settings,
-            the_pool,
-            consumer=the_consumer,
-            stop=stop_event,
-            dead_letters=dead_letters,
-        )
         if settings.worker.metrics_port:
             server, _thread = start_http_server(settings.worker.metrics_port, addr="127.0.0.1")
             logger.info("metrics on http://127.0.0.1:%d/metrics", settings.worker.metrics_port)
         topic = invoices_topic(settings)
-        the_consumer.subscribe(
+        consumer.subscribe(
             [topic],
             on_assign=_log_partitions("assigned"),
             on_revoke=_log_partitions("revoked"),
@@ -632,10 +590,3 @@ def run_email_sender(
         if server is not None:
             server.shutdown()
             server.server_close()
-        if own_consumer and the_consumer is not None:
-            the_consumer.close()
-        if own_pool:
-            the_pool.close()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        logger.info("email sender stopped")

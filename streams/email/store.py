@@ -34,7 +34,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import Literal
+from typing import Literal, Protocol
 
 import psycopg
 from psycopg.rows import class_row
@@ -120,6 +120,43 @@ class DeliverOutcome(StrEnum):
 class Delivered:
     outcome: DeliverOutcome
     row: DeliveryRow
+
+
+class Deliveries(Protocol):
+    """The port of ``email_deliveries`` (the email sender's delivery store).
+
+    Implemented by :class:`DeliveryStore` (PostgreSQL) and by the twin
+    :class:`streams.adapters.memory.deliveries.InMemoryDeliveryStore`; one contract
+    suite (``tests/contracts/deliveries.py``) runs on both. Each method runs in a
+    transaction of its own, committed before it returns; the semantics are
+    :class:`DeliveryStore`'s (module docstring): a row unique by event id and by
+    document key, ``claim`` before the send, ``deliver`` under the row lock (a second
+    deliverer of the same document waits, then finds it final), ``record_skipped``
+    for documents not emailed.
+
+    Raises (every method): :class:`~streams.email.errors.StoreUnavailable` for a
+    transient failure (nothing written; a lock wait beyond the lock timeout is one).
+    """
+
+    def claim(self, new: NewDelivery) -> Claim:
+        """Claim the document's email before sending (``NEW``, ``RESUMED`` or ``DUPLICATE``)."""
+        ...
+
+    def record_skipped(self, new: NewDelivery, reason: str) -> Claim:
+        """Record that the document is not emailed (``NEW`` or ``DUPLICATE``)."""
+        ...
+
+    def deliver(self, document_key: str, send: Callable[[], None]) -> Delivered:
+        """Send the claimed email and mark it, under the row lock (``SENT``, ``REJECTED``
+        or ``ALREADY_FINAL``); a transient error of ``send`` propagates, nothing marked."""
+        ...
+
+    def get(
+        self, *, event_id: str | None = None, document_key: str | None = None
+    ) -> DeliveryRow | None:
+        """The row of ``event_id`` or of ``document_key`` (exactly one must be given;
+        ``ValueError`` otherwise)."""
+        ...
 
 
 def _unavailable(exc: Exception) -> StoreUnavailable:

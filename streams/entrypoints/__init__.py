@@ -11,14 +11,17 @@ module             commands
 ``db``             ``db migrate``
 ``topics``         ``topics create|list``: the registry's topics
 ``connectors``     ``connectors apply|status``: the Debezium outbox connector
-``imports``        ``import focus``: a FOCUS CSV into the account events
+``imports``        ``import focus|events``: a FOCUS CSV, or CloudEvents JSON lines, into
+                   the account events
+``plans``          ``plans validate|publish|list``: the price book (PostgreSQL + its topic)
 ``close``          ``close-period``: a close marker per customer with usage
 ``worker``         ``worker invoicing|email``: the stream processors
 ``replay``         ``replay``: re-read a period, report or correct the differences
-``ops``            ``status``, ``reconcile``, ``holds``, ``fences``, ``outbox``
+``ops``            ``status``, ``reconcile [--focus FILE]``, ``holds``, ``fences``, ``outbox``
 ``schemas``        ``schemas export|check|check-compat``: the topic contracts
 ``drill``          ``drill``: the double-invoicing incident, naive and safe
-``demo``           ``demo``: the main job on the bundled FOCUS sample
+``demo``           ``demo [--scenario focus|pricing]``: the main job on the bundled FOCUS
+                   sample, or the pricing scenario; ``generate-events``: its events
 =================  ====================================================================
 
 A command parses its arguments, takes the settings from the root callback, builds

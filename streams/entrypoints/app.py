@@ -19,6 +19,7 @@ from streams.entrypoints import (
     drill,
     imports,
     ops,
+    plans,
     replay,
     schemas,
     stack,
@@ -45,6 +46,7 @@ def load_settings(ctx: typer.Context) -> None:
 app.command("drill")(drill.drill_command)
 app.command("replay")(replay.replay_command)
 app.command("demo")(demo.demo_command)
+app.command("generate-events")(demo.generate_events_command)
 app.command("close-period")(close.close_period_command)
 app.command("status")(ops.status_command)
 app.command("reconcile")(ops.reconcile_command)
@@ -53,6 +55,7 @@ app.add_typer(stack.app, name="stack")
 app.add_typer(db.app, name="db")
 app.add_typer(topics.app, name="topics")
 app.add_typer(imports.app, name="import")
+app.add_typer(plans.app, name="plans")
 app.add_typer(worker.app, name="worker")
 app.add_typer(connectors.app, name="connectors")
 app.add_typer(schemas.app, name="schemas")

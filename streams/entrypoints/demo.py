@@ -1,4 +1,6 @@
-"""``invoicing demo``: the main job on the bundled FOCUS sample (:mod:`streams.demo`)."""
+"""``invoicing demo``: the main job on the bundled FOCUS sample (:mod:`streams.demo`), or the
+pricing scenario (``--scenario pricing``, :mod:`streams.demo.pricing`); ``invoicing
+generate-events``: the pricing scenario's events to a file."""
 
 from __future__ import annotations
 
@@ -9,14 +11,25 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from streams.entrypoints.common import configure_logging, console, out, settings_of
+from streams.entrypoints.common import configure_logging, console, exit_on, out, settings_of
 
 if TYPE_CHECKING:
+    from streams.demo.pricing.run import PricingReport
     from streams.demo.run import DemoReport
+
+SCENARIOS = ("focus", "pricing")
 
 
 def demo_command(
     ctx: typer.Context,
+    scenario: Annotated[
+        str,
+        typer.Option(
+            "--scenario",
+            help="focus: the bundled FOCUS 1.0 sample (pre-priced usage); pricing: the API "
+            "platform's month (price book, subscriptions, metered usage).",
+        ),
+    ] = "focus",
     path: Annotated[
         Path | None, typer.Option("--file", help="FOCUS 1.0 CSV (default: the bundled sample).")
     ] = None,
@@ -26,17 +39,57 @@ def demo_command(
     timeout_s: Annotated[
         float, typer.Option("--timeout", help="Seconds to wait for every invoice and email.")
     ] = 600.0,
+    customers: Annotated[
+        int, typer.Option("--customers", min=1, help="pricing: how many customers.")
+    ] = 30,
+    seed: Annotated[int, typer.Option("--seed", help="pricing: the generator's seed.")] = 1,
+    period: Annotated[
+        str, typer.Option("--period", help="pricing: the billing period YYYY-MM.")
+    ] = "2024-11",
 ) -> None:
-    """The main job: stack up, import the FOCUS sample, invoice and email it, reconcile.
+    """The main job end to end, reconciled against an answer computed independently.
 
-    Exit 1 on a mismatch or a missing invoice or email.
+    focus (default): stack up, import the FOCUS sample, invoice and email it, reconcile
+    each (account, month) with round(Σ BilledCost). pricing: stack up, publish
+    examples/pricing/price-book.yaml, produce the generated month of N customers, close it,
+    invoice and email it, reconcile every invoice and line with the independent answer.
+
+    Exit 1 on a mismatch, a missing or held invoice, or a missing or duplicate email.
     """
     from streams import bootstrap
+
+    if scenario not in SCENARIOS:
+        console.print(f"unknown scenario {scenario!r}: one of {', '.join(SCENARIOS)}")
+        raise typer.Exit(2)
+    configure_logging("WARNING")
+    settings = settings_of(ctx)
+    if scenario == "pricing":
+        from streams.demo.pricing.generator import ScenarioConfig
+        from streams.demo.pricing.run import PricingDemoError, run_pricing_demo
+        from streams.importers import ImporterError
+
+        try:
+            config = ScenarioConfig(customers=customers, seed=seed, period=period)
+        except ValueError as exc:
+            console.print(str(exc))
+            raise typer.Exit(2) from exc
+        with exit_on((PricingDemoError, 1, "pricing demo failed"), (ImporterError, 1, "import")):
+            pricing = run_pricing_demo(
+                settings,
+                clients=bootstrap.pricing_demo_clients(),
+                config=config,
+                workers=workers,
+                timeout_s=timeout_s,
+                console=console,
+            )
+        print_pricing_report(pricing, out)
+        if not pricing.ok:
+            raise typer.Exit(1)
+        return
+
     from streams.demo.expected import DEFAULT_SAMPLE
     from streams.demo.run import run_demo
 
-    configure_logging("WARNING")
-    settings = settings_of(ctx)
     report = run_demo(
         settings,
         clients=bootstrap.demo_clients(),
@@ -48,6 +101,36 @@ def demo_command(
     print_report(report, out)
     if not report.ok:
         raise typer.Exit(1)
+
+
+def generate_events_command(
+    out_file: Annotated[Path, typer.Argument(help="Where to write the JSON lines.")],
+    customers: Annotated[int, typer.Option("--customers", min=1)] = 30,
+    seed: Annotated[int, typer.Option("--seed")] = 1,
+    period: Annotated[str, typer.Option("--period", help="YYYY-MM")] = "2024-11",
+    duplicates_per_mille: Annotated[
+        int, typer.Option("--duplicates-per-mille", min=0, max=1000)
+    ] = 10,
+) -> None:
+    """Write the pricing scenario's events (CloudEvents JSON lines) without running anything:
+    `invoicing import events FILE` produces them. Same options, same bytes."""
+    from streams.demo.pricing.generator import ScenarioConfig, generate
+
+    try:
+        config = ScenarioConfig(customers, seed, period, duplicates_per_mille)
+    except ValueError as exc:
+        console.print(str(exc))
+        raise typer.Exit(2) from exc
+    scenario = generate(config)
+    scenario.write(out_file)
+    kinds = ", ".join(
+        f"{scenario.count(kind)} {kind}"
+        for kind in sorted({event["type"] for event in scenario.events})
+    )
+    console.print(
+        f"{out_file}: {len(scenario.events)} events ({kinds}; {scenario.duplicates} resent) "
+        f"for {customers} customers, {period}, seed {seed}"
+    )
 
 
 def print_report(report: DemoReport, console: Console) -> None:
@@ -93,3 +176,68 @@ def print_report(report: DemoReport, console: Console) -> None:
         console.print(f"[red]not emailed:[/] {report.emails_not_sent[:20]}")
     for line_no, reason in report.unreadable_rows[:20]:
         console.print(f"[yellow]file line {line_no}[/]: {reason}")
+
+
+def print_pricing_report(report: PricingReport, console: Console) -> None:
+    """Print one line per customer (its story, expected and invoiced subtotal, verdict),
+    the differing lines, then the summary table."""
+    console.print(
+        "reconciliation per customer: the independent answer vs the invoice "
+        f"({report.config.period}; lines = rated charges + pass-through)"
+    )
+    head = f"{'profile':<12} {'lines':>5} {'expected':>10} {'invoiced':>10} {'verdict':<8} customer: story"
+    console.print(head, markup=False, soft_wrap=True, highlight=False)
+    for result in report.results:
+        expected = result.expected.subtotal
+        shown = "(none)" if result.subtotal is None else str(result.subtotal)
+        line = (
+            f"{result.customer.profile:<12} {len(result.expected.lines):>5} "
+            f"{expected if expected is not None else '(held)'!s:>10} {shown:>10} "
+            f"{result.verdict:<8} {result.customer.customer_id}: {result.customer.story}"
+        )
+        console.print(line, markup=False, soft_wrap=True, highlight=False)
+        for want, got in result.line_differences[:10]:
+            console.print(
+                f"    line expected {want or '(none)'}, invoiced {got or '(none)'}",
+                markup=False,
+                soft_wrap=True,
+                highlight=False,
+            )
+        if result.hold_reason:
+            console.print(f"    held: {result.hold_reason}", markup=False, soft_wrap=True)
+    table = Table(title="invoicing demo: pricing scenario (API platform)")
+    table.add_column("what")
+    table.add_column("value", justify="right")
+    config = report.config
+    table.add_row(
+        "customers (seed, period)", f"{config.customers} ({config.seed}, {config.period})"
+    )
+    table.add_row(
+        "events produced (resent duplicates)",
+        f"{report.events_in_file} ({report.duplicates_resent})",
+    )
+    table.add_row("  usage.metered", str(report.events_by_type.get("usage.metered", 0)))
+    table.add_row(
+        "  usage.recorded (pass-through)", str(report.events_by_type.get("usage.recorded", 0))
+    )
+    table.add_row(
+        "subscriptions started / changed / ended in the period",
+        f"{report.starts_in_period} / {report.changes_in_period} / {report.ends_in_period}",
+    )
+    table.add_row("invoices issued", str(report.invoices))
+    table.add_row("emails sent", str(report.emails_sent))
+    table.add_row("not emailed (refused, failed or pending)", str(len(report.emails_not_sent)))
+    table.add_row("duplicate emails", str(report.duplicate_emails))
+    for currency, total in sorted(report.total_by_currency.items()):
+        table.add_row(f"sum of totals ({currency})", f"{total}")
+    table.add_row(
+        "reconciliation: subtotal and lines = the answer", f"{report.count('match')} match"
+    )
+    table.add_row("reconciliation: mismatches", str(report.count("mismatch")))
+    table.add_row("missing", str(report.count("missing")))
+    table.add_row("held (unexpectedly)", str(report.count("held")))
+    for name, seconds in report.timings.items():
+        table.add_row(f"time: {name}", f"{seconds:.1f} s")
+    console.print(table)
+    if report.emails_not_sent:
+        console.print(f"[red]not emailed:[/] {report.emails_not_sent[:20]}")

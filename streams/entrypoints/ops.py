@@ -6,6 +6,7 @@ import getpass
 import json
 import socket
 from datetime import timedelta
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -13,12 +14,17 @@ from rich.console import Console
 from rich.table import Table
 
 from streams.entrypoints.common import console, exit_on, settings_of
+from streams.grants import OUTBOX_PRUNE_FLOOR_DAYS
+from streams.settings import Settings
 from streams.topics import ACCOUNT_EVENTS, INVOICES
 
 #: Wide when not a terminal, so piped status output keeps its columns.
 out = Console(width=None if Console().is_terminal else 160)
 
-holds_app = typer.Typer(help="Invoices held because of dead-lettered input.", no_args_is_help=True)
+holds_app = typer.Typer(
+    help="Invoices held because of dead-lettered input or a gap in the price book.",
+    no_args_is_help=True,
+)
 fences_app = typer.Typer(help="Partition fencing tokens (partition_fences).", no_args_is_help=True)
 outbox_app = typer.Typer(help="The transactional outbox.", no_args_is_help=True)
 
@@ -55,6 +61,14 @@ def status_command(
         out.print(
             _table("late usage (not in the issued invoice; next replay --apply)", view.late_usage)
         )
+        if view.late_metered:
+            out.print(
+                _table(
+                    "late metered usage (read after the issued revision's close; next replay "
+                    "--apply)",
+                    view.late_metered,
+                )
+            )
         out.print(_table("partition fences", view.fences))
         lag = Table(title="pipeline")
         lag.add_column("what")
@@ -83,7 +97,7 @@ def holds_list(
     from streams import bootstrap
     from streams.ops.holds import list_holds
 
-    with bootstrap.connection(settings_of(ctx)) as conn:
+    with bootstrap.connection(settings_of(ctx), role="operator") as conn:
         rows = list_holds(conn, include_released=all_)
     out.print(_table("invoice holds", [r.__dict__ for r in rows]))
 
@@ -104,7 +118,7 @@ def holds_release(
     producer = bootstrap.producer(settings)
     who = f"{getpass.getuser()}@{socket.gethostname()}"
     with (
-        bootstrap.connection(settings) as conn,
+        bootstrap.connection(settings, role="admin") as conn,
         exit_on((HoldError, 2, None)),
     ):
         periods = release_hold(
@@ -126,7 +140,7 @@ def fences_list(ctx: typer.Context) -> None:
     from streams import bootstrap
     from streams.ops.fences import list_fences
 
-    with bootstrap.connection(settings_of(ctx)) as conn:
+    with bootstrap.connection(settings_of(ctx), role="operator") as conn:
         rows = list_fences(conn)
     out.print(_table("partition fences", rows))
 
@@ -143,12 +157,12 @@ def fences_reset(
     (its generation restarted from the bottom and every claim is refused). Stop every
     member first; the next members claim afresh."""
     from streams import bootstrap
-    from streams.invoicing.fencing import reset_group
+    from streams.billing.fencing import reset_group
 
     if not yes:
         console.print("refusing without --yes: stop every member of the group first")
         raise typer.Exit(2)
-    with bootstrap.connection(settings_of(ctx), autocommit=False) as conn:
+    with bootstrap.connection(settings_of(ctx), role="admin", autocommit=False) as conn:
         deleted = reset_group(conn, group_id)
     console.print(f"deleted {deleted} fence row(s) of group {group_id}")
 
@@ -157,14 +171,22 @@ def fences_reset(
 def outbox_prune(
     ctx: typer.Context,
     older_than_days: Annotated[
-        int, typer.Option("--older-than-days", min=1, help="Retention in days.")
+        int,
+        typer.Option(
+            "--older-than-days",
+            min=OUTBOX_PRUNE_FLOOR_DAYS,
+            help=f"Retention in days (at least {OUTBOX_PRUNE_FLOOR_DAYS}).",
+        ),
     ] = 30,
 ) -> None:
-    """Delete outbox rows older than the retention (Debezium's EventRouter ignores deletes)."""
+    """Delete outbox rows older than the retention (Debezium's EventRouter ignores deletes).
+
+    Runs as the admin role, which has no DELETE on the outbox: it calls the owner's
+    ``prune_outbox()`` (migration 0006), which refuses a retention under the floor."""
     from streams import bootstrap
     from streams.ops.reconcile import prune_outbox
 
-    with bootstrap.connection(settings_of(ctx)) as conn:
+    with bootstrap.connection(settings_of(ctx), role="admin") as conn:
         deleted = prune_outbox(conn, timedelta(days=older_than_days))
     console.print(f"deleted {deleted} outbox row(s) older than {older_than_days} days")
 
@@ -175,14 +197,37 @@ def reconcile_command(
         bool, typer.Option("--republish", help="Write a new outbox row per missing document.")
     ] = False,
     email_grace_minutes: Annotated[int, typer.Option("--email-grace-minutes", min=0)] = 10,
+    focus: Annotated[
+        Path | None,
+        typer.Option(
+            "--focus",
+            help="Instead: compare every pass-through invoice with this FOCUS file's exact "
+            "BilledCost sums per (account, month).",
+        ),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
 ) -> None:
     """Issued invoices/credit notes whose event never reached billing.invoices.v1, and invoices
-    never emailed; --republish sends them again (deduplicated downstream by document). Exit 1 if any."""
+    never emailed; --republish sends them again (deduplicated downstream by document). Exit 1 if any.
+
+    With --focus FILE: per (account, month) of the FOCUS file, the exact sum of BilledCost, that
+    sum rounded once (half-even), the invoice subtotal, and match / mismatch / missing /
+    unexpected (a pass-through invoice of the file's months that the file does not have).
+    Exit 1 on anything but a match, 2 when the file cannot be read.
+    """
     from streams import bootstrap
-    from streams.ops.reconcile import reconcile
 
     settings = settings_of(ctx)
-    with bootstrap.connection(settings) as conn:
+    if focus is not None:
+        if republish:
+            console.print("--republish does not apply to --focus")
+            raise typer.Exit(2)
+        _reconcile_focus(settings, focus, as_json=as_json)
+        return
+    from streams.ops.reconcile import reconcile
+
+    # The report only reads (operator); republishing writes outbox rows (admin).
+    with bootstrap.connection(settings, role="admin" if republish else "operator") as conn:
         report = reconcile(
             conn,
             lambda: bootstrap.topic_reader(settings),
@@ -190,22 +235,76 @@ def reconcile_command(
             republish=republish,
             email_grace=timedelta(minutes=email_grace_minutes),
         )
-    out.print(f"documents: {report.documents}, events on the topic: {report.events_on_topic}")
-    out.print(
-        _table(
-            "documents without an event on the topic",
-            [{"type": t, "document": d, "number": n} for t, d, n in report.missing_events],
-        )
-    )
-    out.print(
-        _table(
-            "invoices never emailed",
-            [{"invoice": i, "number": n} for i, n in report.emails_not_sent],
-        )
-    )
-    if republish:
+    if as_json:
+        out.print_json(json.dumps(report.__dict__))
+    else:
+        out.print(f"documents: {report.documents}, events on the topic: {report.events_on_topic}")
         out.print(
-            f"republished: {len(report.republished)}; not republishable: {report.not_republishable}"
+            _table(
+                "documents without an event on the topic",
+                [{"type": t, "document": d, "number": n} for t, d, n in report.missing_events],
+            )
         )
+        out.print(
+            _table(
+                "invoices never emailed",
+                [{"invoice": i, "number": n} for i, n in report.emails_not_sent],
+            )
+        )
+        if republish:
+            out.print(
+                f"republished: {len(report.republished)}; "
+                f"not republishable: {report.not_republishable}"
+            )
     if report.missing_events or report.emails_not_sent:
+        raise typer.Exit(1)
+
+
+def _reconcile_focus(settings: Settings, path: Path, *, as_json: bool) -> None:
+    """``reconcile --focus FILE`` (:mod:`streams.ops.focus_reconcile`)."""
+    from streams import bootstrap
+    from streams.demo.expected import expected_from_file
+    from streams.ops.focus_reconcile import reconcile_focus
+
+    try:
+        expected = expected_from_file(path)
+    except (OSError, UnicodeDecodeError) as exc:
+        console.print(f"cannot read {path}: {exc}")
+        raise typer.Exit(2) from None
+    with bootstrap.connection(settings, role="operator") as conn:
+        report = reconcile_focus(conn, expected, path=str(path))
+    if as_json:
+        out.print_json(json.dumps(report.to_dict()))
+    else:
+        out.print(
+            f"{path}: {report.rows} rows, {len(expected.sums)} (account, month) pairs; "
+            "round(Σ BilledCost) vs the current invoice's subtotal",
+            markup=False,
+            highlight=False,
+        )
+        head = (
+            f"{'month':<8} {'Σ BilledCost (exact)':>22} {'rounded':>10} {'subtotal':>10} "
+            f"{'verdict':<10} customer"
+        )
+        out.print(head, markup=False, soft_wrap=True, highlight=False)
+        for pair in report.pairs:
+            exact = "-" if pair.exact is None else f"{pair.exact:f}"
+            rounded = "-" if pair.rounded is None else str(pair.rounded)
+            subtotal = "(none)" if pair.subtotal is None else str(pair.subtotal)
+            verdict = pair.verdict + (f" ({pair.note})" if pair.note else "")
+            line = (
+                f"{pair.period:<8} {exact:>22} {rounded:>10} {subtotal:>10} "
+                f"{verdict:<10} {pair.customer_id}"
+            )
+            out.print(line, markup=False, soft_wrap=True, highlight=False)
+        counts = report.counts()
+        out.print(
+            ", ".join(f"{count} {verdict}" for verdict, count in counts.items())
+            + f"; {len(report.unreadable)} file row(s) not reconcilable",
+            markup=False,
+            highlight=False,
+        )
+        for line_no, reason in report.unreadable[:20]:
+            console.print(f"[yellow]file line {line_no}[/]: {reason}")
+    if not report.ok:
         raise typer.Exit(1)

@@ -3,9 +3,14 @@
 Loading the CLI does not import Kafka, PostgreSQL and the replay; the command
 imports them when it runs.
 
+Shadow re-rating: ``--dry-run --price-book FILE`` rates the period under the
+candidate book FILE (validated, not published) instead of the published one and
+reports each customer's difference from what was issued (subtotal, total, the
+charge lines that change). ``--apply`` always rates under the published book.
+
 Exit codes: 0 done (a dry run exits 0 with or without differences; read the
 table or the report); 1 Kafka, database or per-customer failures (tax service,
-invoice rules); 2 invalid period or options; 3 Redis unreachable (nothing
+invoice rules), or an invalid --price-book file; 2 invalid period or options; 3 Redis unreachable (nothing
 done); 4 another replay of the period holds the lease (nothing done); 5 aborted
 part-way (lease lost or fenced) or an apply with customers left for a resume —
 run the same ``--apply`` again to resume.
@@ -28,7 +33,7 @@ from rich.table import Table
 from streams.entrypoints.common import console, leased_job, out, settings_of
 
 if TYPE_CHECKING:
-    from streams.replay.runner import ReplayReport
+    from streams.replay.report import ReplayReport
 
 
 def default_report_path(period: str, run_id: str) -> Path:
@@ -60,6 +65,14 @@ def replay_command(
             help="Where to write the JSON report (default: reports/replay-PERIOD-RUN.json).",
         ),
     ] = None,
+    price_book: Annotated[
+        Path | None,
+        typer.Option(
+            "--price-book",
+            help="Dry run only: rate under this candidate price book (YAML, not published) "
+            "instead of the published one: shadow re-rating.",
+        ),
+    ] = None,
     lease_ttl: float = typer.Option(30.0, "--lease-ttl", help="Lease TTL, seconds."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bars."),
     json_out: bool = typer.Option(False, "--json", help="Also print the report as JSON on stdout."),
@@ -68,14 +81,34 @@ def replay_command(
 
     --dry-run prints the differences from what was issued (and writes the JSON
     report); --apply turns each into a credit note and a new revision, one
-    email each. Running --apply again changes nothing. See docs/replay.md.
+    email each. Running --apply again changes nothing. --dry-run --price-book FILE
+    prices the period under an unpublished candidate book (shadow re-rating).
+    See docs/replay.md.
     """
+    from streams.bootstrap import replay_period
+    from streams.replay import CandidateBook, Mode
     from streams.replay.errors import ReplayAborted, ReplayError
-    from streams.replay.runner import Mode, replay_period
 
     if dry_run == apply:
         console.print("[red]give exactly one of --dry-run and --apply[/]")
         raise typer.Exit(2)
+    candidate: CandidateBook | None = None
+    if price_book is not None:
+        if apply:
+            console.print(
+                "[red]--price-book is for --dry-run only[/]: an apply issues under the "
+                "published price book; publish it first (invoicing plans publish FILE)"
+            )
+            raise typer.Exit(2)
+        from streams.domain.rating import PriceBookError
+        from streams.importers import SourceUnreadable
+        from streams.importers.price_book import read_price_book
+
+        try:
+            candidate = CandidateBook(read_price_book(price_book), f"candidate {price_book}")
+        except (SourceUnreadable, PriceBookError) as exc:
+            console.print(f"[red]--price-book {price_book}[/]: {exc}", markup=False)
+            raise typer.Exit(1) from exc
     if margin_days < 0:
         console.print("[red]--margin-days must not be negative[/]")
         raise typer.Exit(2)
@@ -95,6 +128,7 @@ def replay_command(
             progress=progress,
             lease_ttl_s=lease_ttl,
             on_step=_fault_hook(settings.fault.kill_replay_after_writes),
+            candidate=candidate,
         )
     document = result.to_dict()
     path = report or default_report_path(result.period, result.run_id)
@@ -148,7 +182,9 @@ def print_report(result: ReplayReport, console: Console) -> None:
         "issued",
         "old total",
         "new total",
+        "Δ subtotal",
         "Δ total",
+        "charges changed",
         "not invoiced",
         "absent",
         "new revision",
@@ -163,13 +199,17 @@ def print_report(result: ReplayReport, console: Console) -> None:
         delta = diff.get("delta") or {}
         not_invoiced = diff.get("usage_not_invoiced") or []
         absent = diff.get("invoiced_not_in_usage") or []
+        charges = diff.get("charges_changed") or []
         table.add_row(
             outcome.customer_id,
             outcome.outcome,
             f"{issued.get('invoice_number', '')} r{issued['revision']}" if issued else "",
             _money(issued.get("total")),
             _money(recomputed.get("total")),
+            _money(delta.get("subtotal")),
             _money(delta.get("total")),
+            ", ".join(f"{c['description']} {c['delta']}" for c in charges[:3])
+            + (f" (+{len(charges) - 3})" if len(charges) > 3 else ""),
             ", ".join(f"{line['event_id'][:12]} {line['amount']}" for line in not_invoiced[:3])
             + (f" (+{len(not_invoiced) - 3})" if len(not_invoiced) > 3 else ""),
             ", ".join(f"{line['event_id'][:12]} {line['amount']}" for line in absent[:3])
@@ -183,6 +223,8 @@ def print_report(result: ReplayReport, console: Console) -> None:
     if result.differences or result.skipped or result.failed:
         console.print(table)
     s = result.summary()
+    if result.price_book:
+        console.print(f"price book: {result.price_book}", markup=False)
     console.print(
         f"[bold]replay {result.period}[/] {result.mode} run {result.run_id} ({result.status}): "
         f"{s['customers']} customers, {s['differences']} with differences, {s['unchanged']} "

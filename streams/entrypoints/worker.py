@@ -5,6 +5,9 @@ Each worker adds its own command here without touching the rest of the CLI.
 
 from __future__ import annotations
 
+import signal
+import threading
+
 import typer
 
 from streams.entrypoints import usage
@@ -33,6 +36,19 @@ def with_metrics_port(settings: Settings, metrics_port: int | None) -> Settings:
     return settings.model_copy(update={"worker": worker})
 
 
+def stop_on_signals() -> threading.Event:
+    """An event that SIGTERM and SIGINT set from now on.
+
+    Installed first thing in a worker command, before its imports and connections
+    (which take seconds on a loaded machine), so a stop that arrives while the worker
+    starts is a clean stop — it finishes, closes its consumer, exits 0 — and not a
+    kill by the default handler (exit -15)."""
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    return stop
+
+
 def _start(ctx: typer.Context, metrics_port: int | None, log_level: str) -> Settings:
     """Configure logging; the process's settings with the command line's metrics port."""
     configure_logging(log_level)
@@ -46,12 +62,13 @@ def worker_email(
     log_level: str = LogLevelOption,
 ) -> None:
     """Email every issued invoice and credit note once (group settings.worker.email_group)."""
+    stop = stop_on_signals()
+    from streams.bootstrap import run_email_sender
     from streams.email.errors import EmailConfigurationError
-    from streams.email.sender import run_email_sender
 
     settings = _start(ctx, metrics_port, log_level)
     try:
-        run_email_sender(settings)
+        run_email_sender(settings, stop=stop)
     except EmailConfigurationError as exc:
         typer.echo(f"email sender cannot start: {exc}", err=True)
         raise typer.Exit(2) from exc
@@ -64,14 +81,15 @@ def worker_invoicing(
     log_level: str = LogLevelOption,
 ) -> None:
     """Store usage and build one invoice per close marker (group settings.worker.invoicing_group)."""
+    stop = stop_on_signals()
     from prometheus_client import start_http_server
 
-    from streams.invoicing.worker import run_invoicing_worker
+    from streams.bootstrap import run_invoicing_worker
 
     settings = _start(ctx, metrics_port, log_level)
     if settings.worker.metrics_port:
         start_http_server(settings.worker.metrics_port, addr="127.0.0.1")
-    run_invoicing_worker(settings)
+    run_invoicing_worker(settings, stop=stop, install_signal_handlers=False)
 
 
 # The usage view and the ingest edge (issue 13): streams.entrypoints.usage.

@@ -1,4 +1,5 @@
-"""Importers and operator jobs that produce account events: FOCUS CSV import, close-period.
+"""Importers and operator jobs that produce account events: FOCUS CSV import, CloudEvents
+JSON-lines import (``import events``), close-period.
 
 Exceptions of this package::
 

@@ -13,14 +13,16 @@ Steps, in this order:
    ``lease_ttl_s`` (default 30 s), renewed every TTL/3 by
    :class:`streams.adapters.lease.Lease`; the fencing counter is first raised
    above the highest number ``lease_fences`` recorded for it
-   (:func:`~streams.adapters.lease.fence_floor`). Redis down →
+   (:func:`~streams.billing.fencing.lease_fence_floor`). Redis down →
    :class:`~streams.adapters.lease.LeaseUnavailable` before anything is read or
    written (CLI exit 3); another run holds it →
    :class:`~streams.adapters.lease.LeaseBusy` naming that holder (exit 4). The
    lease is taken *before* the scan so that two runs never both scan, and so
    that a refused run costs nothing.
-2. **Which customers** ("customers with usage in the period"). Decision: the
-   union of two sources, because neither is complete alone.
+2. **Which customers** ("customers with usage in the period", and since rating
+   also customers with metered usage of the period or a subscription in effect
+   for a day of it: a subscriber owes its fixed fee without any usage).
+   Decision: the union of two sources, because neither is complete alone.
 
    * *The topic.* The import's usage lives on Kafka and may not have reached
      the database yet. The run scans the account-events topic from
@@ -28,21 +30,25 @@ Steps, in this order:
      to the end offsets read when the scan starts, with a consumer that joins
      no group and commits nothing (assign + seek; ``enable.auto.commit=false``;
      a unique group id), and keeps the customers of every valid
-     ``usage.recorded`` whose ``billing_period`` is the period. Record
+     ``usage.recorded`` whose ``billing_period`` is the period and every
+     ``usage.metered`` whose event time is in it, and the subscription events
+     it reads. Record
      timestamps are produce times (the importers keep the client default), and
      usage is produced no earlier than it happens, so usage of the period is
      not before ``period start - margin`` in the log unless it was produced
      ahead of time.
-   * *The database.* ``usage_lines`` rows of the period that the workers
-     ingested **from the same topic** (``source_topic``): this covers usage
-     produced before the scan window, and keeps a test's topic from picking up
-     another environment's customers.
+   * *The database.* ``usage_lines`` and ``metered_usage`` rows of the period
+     that the workers ingested **from the same topic** (``source_topic``), and
+     the customers whose subscription history (``subscription_events`` with the
+     scanned subscription events) puts a plan version on a day of the period:
+     this covers usage and subscriptions produced before the scan window, and
+     keeps a test's topic from picking up another environment's customers.
 
    Records that do not decode are counted (the workers dead-letter them) and do
    not close anyone's period.
 3. **Per customer**, in customer id order: :meth:`Lease.ensure_held` (a lost
    lease stops the run), then one database transaction that checks the fence
-   (:func:`~streams.adapters.lease.check_fence`) and inserts
+   (:func:`~streams.billing.fencing.request_close`) and inserts
    ``close_requests(customer_id, billing_period, event_id, lease_fencing_token,
    requested_at)`` ``ON CONFLICT DO NOTHING``; commit; then the marker is
    produced. A customer whose row already existed counts as *already
@@ -79,7 +85,6 @@ from typing import Any, Protocol
 
 import redis
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from psycopg.rows import tuple_row
 from psycopg_pool import ConnectionPool
 from rich.progress import Progress
 
@@ -88,13 +93,24 @@ from streams.adapters.lease import (
     Lease,
     LeaseFenced,
     LeaseLost,
-    fence_floor,
 )
 from streams.adapters.progress import progress_bar
+from streams.billing import fencing, store
 from streams.domain.codec import decode, encode, headers_dict
 from streams.domain.errors import InvalidEvent
-from streams.domain.events import BillingPeriodClosed, Envelope, UsageRecorded, close_marker_id
+from streams.domain.events import (
+    BillingPeriodClosed,
+    Envelope,
+    SubscriptionChanged,
+    SubscriptionEnded,
+    SubscriptionEvent,
+    SubscriptionStarted,
+    UsageMetered,
+    UsageRecorded,
+    close_marker_id,
+)
 from streams.domain.periods import BillingPeriod
+from streams.domain.rating import segments_for
 from streams.importers import ImporterError, KafkaUnavailable
 from streams.importers.focus_import import (
     FLUSH_TIMEOUT_S,
@@ -217,6 +233,10 @@ def _default_holder() -> str:
 @dataclass
 class _Scan:
     customers: set[str] = field(default_factory=set)
+    #: customer → (partition, offset, event id, event) of the subscription events scanned
+    subscriptions: dict[str, list[tuple[int, int, str, SubscriptionEvent]]] = field(
+        default_factory=dict
+    )
     records: int = 0
     undecodable: int = 0
 
@@ -292,7 +312,7 @@ def _scan_topic(
                 if offset >= end - 1:
                     ends.pop(partition)
                 try:
-                    customer = _usage_customer(msg, wanted)
+                    customer = _billable_customer(msg, wanted, scan)
                 except InvalidEvent:
                     scan.undecodable += 1
                     continue
@@ -343,58 +363,73 @@ def _offsets_for_times(consumer: Consumer, wanted: list[TopicPartition]) -> list
             time.sleep(0.2)
 
 
-def _usage_customer(msg: Any, period: str) -> str | None:
-    """The customer of a ``usage.recorded`` of ``period``; None for any other event.
+_SCANNED = (
+    UsageRecorded,
+    UsageMetered,
+    SubscriptionStarted,
+    SubscriptionChanged,
+    SubscriptionEnded,
+)
+_SCANNED_TYPES = frozenset(model.event_type for model in _SCANNED)
+
+
+def _billable_customer(msg: Any, period: str, scan: _Scan) -> str | None:
+    """The customer of a ``usage.recorded`` of ``period`` or a ``usage.metered`` whose
+    event time is in it; None for any other event. A subscription event is kept in
+    ``scan.subscriptions`` (whether it covers the period is decided with the stored
+    history, :func:`_customers_in_db`).
 
     Raises:
         InvalidEvent: the record does not decode.
     """
     headers = msg.headers() or []
-    if headers_dict(headers).get("ce_type") != UsageRecorded.event_type:
+    if headers_dict(headers).get("ce_type") not in _SCANNED_TYPES:
         return None
-    envelope = decode(msg.key(), msg.value(), headers, allowed=(UsageRecorded,))
+    envelope = decode(msg.key(), msg.value(), headers, allowed=_SCANNED)
     data = envelope.data
-    assert isinstance(data, UsageRecorded)
-    return data.customer_id if data.billing_period == period else None
+    if isinstance(data, UsageRecorded):
+        return data.customer_id if data.billing_period == period else None
+    if isinstance(data, UsageMetered):
+        return data.customer_id if str(BillingPeriod.of(data.event_time)) == period else None
+    if isinstance(data, SubscriptionStarted | SubscriptionChanged | SubscriptionEnded):
+        scan.subscriptions.setdefault(data.customer_id, []).append(
+            (int(msg.partition()), int(msg.offset()), envelope.id, data)
+        )
+    return None
 
 
-def _customers_in_db(pool: ConnectionPool, period: str, topic: str) -> set[str]:
-    with pool.connection() as conn, conn.cursor(row_factory=tuple_row) as cur:
-        rows = cur.execute(
-            "SELECT DISTINCT customer_id FROM usage_lines "
-            "WHERE billing_period = %s AND source_topic = %s",
-            (period, topic),
-        ).fetchall()
-    return {str(row[0]) for row in rows}
-
-
-_INSERT = """
-INSERT INTO close_requests (customer_id, billing_period, event_id, lease_fencing_token)
-VALUES (%s, %s, %s, %s)
-ON CONFLICT DO NOTHING
-RETURNING requested_at, lease_fencing_token
-"""
-
-_EXISTING = """
-SELECT requested_at, lease_fencing_token FROM close_requests
- WHERE customer_id = %s AND billing_period = %s
-"""
+def _customers_in_db(pool: ConnectionPool, period: str, topic: str, scan: _Scan) -> set[str]:
+    """Customers of the period the database knows: usage lines, metered events, and a
+    subscription in effect for a day of the period (the stored history and the
+    scanned events together, deduplicated by event id, in partition order: a
+    subscriber owes its fixed fee without any usage)."""
+    with pool.connection() as conn:
+        found = store.usage.customers_with_usage(conn, period, topic)
+        found |= store.metering.customers_with_metered(conn, period, topic)
+        history = store.metering.subscription_history(conn, topic)
+    billing_period = BillingPeriod.parse(period)
+    for customer in set(history) | set(scan.subscriptions):
+        events: dict[str, tuple[int, int, SubscriptionEvent]] = {
+            stored.event_id: (stored.source.partition, stored.source.offset, stored.data)
+            for stored in history.get(customer, [])
+        }
+        for partition, offset, event_id, data in scan.subscriptions.get(customer, []):
+            events.setdefault(event_id, (partition, offset, data))
+        ordered = [data for _, _, data in sorted(events.values(), key=lambda e: (e[0], e[1]))]
+        if segments_for(billing_period, ordered):
+            found.add(customer)
+    return found
 
 
 def _request_close(
     pool: ConnectionPool, lease: Lease, customer: str, period: str, event_id: str
 ) -> tuple[bool, datetime, int]:
     """One transaction: fence check, then the close_requests row. Returns (new, at, token)."""
-    with pool.connection() as conn:
-        lease.check_fence(conn)
-        with conn.cursor(row_factory=tuple_row) as cur:
-            row = cur.execute(_INSERT, (customer, period, event_id, lease.fencing_token)).fetchone()
-            new = row is not None
-            if row is None:
-                row = cur.execute(_EXISTING, (customer, period)).fetchone()
-        conn.commit()
-    assert row is not None  # inserted, or found by the conflict
-    return new, row[0], int(row[1])
+    with pool.connection() as conn, conn.transaction():
+        request = fencing.request_close(
+            conn, fencing.LeaseFence.of(lease), customer, period, event_id
+        )
+    return request.new, request.requested_at, request.lease_fencing_token
 
 
 def close_period(
@@ -448,7 +483,7 @@ def close_period(
     holder = holder or _default_holder()
     require_topic(producer, topic)
     with pool.connection() as conn:
-        floor = fence_floor(conn, name)
+        floor = fencing.lease_fence_floor(conn, name)
     lease = Lease.acquire(
         redis_conn,
         name,
@@ -523,7 +558,7 @@ def _run(
 
     try:
         scan = _scan_topic(scan_consumer(), topic, period, scan_margin, lease, bar)
-        from_db = _customers_in_db(pool, text, topic)
+        from_db = _customers_in_db(pool, text, topic, scan)
         customers = sorted(scan.customers | from_db)
         logger.info(
             "close-period %s: %d customers (%d from the topic, %d from usage_lines), lease %s "

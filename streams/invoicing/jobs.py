@@ -6,9 +6,20 @@ Four phases, and no database transaction stays open across the tax call
 (DESIGN "Ownership and fencing"):
 
 1. **read** (short read-only transaction): is there already a current invoice
-   for (customer, period)? is the customer held? the customer and the usage
-   lines that precede the marker on its partition;
-2. **price** (pure, :func:`~streams.domain.invoice.price_invoice`): every rule
+   for (customer, period)? is the customer held? the customer, the published
+   price book and what precedes the marker on its partition: the period's usage
+   lines and metered events, and the customer's subscription events
+   (:func:`streams.billing.rating.gather`);
+2. **rate and price** (pure: :func:`streams.billing.rating.rate_period`, the one
+   rating function :func:`~streams.domain.rating.rate` then
+   :func:`~streams.domain.rating.priced_invoice`). A gap in the book or the
+   data (usage of a metric the plan does not price, metered usage without a
+   subscription, an unknown plan or version, …) **holds** the invoice: an
+   ``invoice_holds`` row with the rating's reasons and the close recorded
+   ``held``, in one fenced transaction — never billed as zero in silence
+   (``invoicing holds release`` re-closes it after the fix). A customer without
+   a subscription and without metered usage is priced exactly as before rating
+   (its pre-priced lines at cost). Every rule
    that can refuse the data (a line in another currency than the customer's,
    duplicates, the subtotal) runs *before* the tax call. The tax service commits
    the document under its idempotency key, and the key is the same for every
@@ -20,12 +31,14 @@ Four phases, and no database transaction stays open across the tax call
    most 1,000 lines), idempotency key ``<invoice id>:r<revision>`` — the invoice
    id is deterministic, so a retry or a second owner reuses the same key and the
    service answers the same tax (tax is never applied twice);
-4. **write** (one transaction): the fence check, a gapless invoice number,
-   ``INSERT … ON CONFLICT DO NOTHING`` of the invoice, its lines, the outbox row
-   (only when the invoice row was new) and the close record.
+4. **write**: the one issuance transaction of the billing kernel
+   (:func:`streams.billing.issuance.issue`) under the partition fence: the fence
+   check, a gapless invoice number, ``INSERT … ON CONFLICT DO NOTHING`` of the
+   invoice, its lines, the outbox row (only when the invoice row was new) and,
+   in the same transaction, the close record.
 
 The job never commits Kafka offsets: it returns a :class:`JobResult` and the
-poll thread commits (after this database commit) — see ``streams.invoicing.commit``.
+poll thread commits (after this database commit) — see :mod:`streams.billing.commit`.
 """
 
 from __future__ import annotations
@@ -33,20 +46,28 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
 import psycopg
-from psycopg_pool import ConnectionPool
 
-from streams.billing.ports import TaxRejected, TaxService, TaxUnavailable
+from streams.billing import fencing, rows
+from streams.billing.commit import write_fenced
+from streams.billing.issuance import NotIssued, issue, tax_idempotency_key
+from streams.billing.ports import Database, TaxRejected, TaxService, TaxUnavailable
+from streams.billing.rating import PriceBooks, Rated, gather, hold_codes, hold_reason, rate_period
+from streams.billing.stores import POSTGRES, Stores
 from streams.domain.errors import DomainError, InvoiceRuleViolation
-from streams.domain.events import InvoiceIssued, deterministic_id, invoice_id_for
-from streams.domain.invoice import apply_tax, price_invoice
-from streams.invoicing import fencing, store
-from streams.invoicing.metrics import HOLDS, JOB_SECONDS
+from streams.domain.events import invoice_id_for
+from streams.domain.invoice import apply_tax
+from streams.invoicing.metrics import (
+    HOLDS,
+    JOB_SECONDS,
+    RATED_EVENTS,
+    RATING_HOLDS,
+    RATING_SECONDS,
+)
 
 log = logging.getLogger("streams.invoicing.jobs")
 
@@ -69,7 +90,7 @@ class JobResult:
     """What a job did, for the poll thread: commit the marker's offset unless RETRY,
     FENCED or CANCELLED; FAILED means dead-letter the marker and hold the customer."""
 
-    marker: store.CloseMarker
+    marker: rows.CloseMarker
     token: fencing.FencingToken
     outcome: Outcome
     detail: str = ""
@@ -80,15 +101,19 @@ class JobResult:
 
 @dataclass(frozen=True)
 class JobContext:
-    """What a job needs: the pool, the tax service, the invoice topic name."""
+    """What a job needs: the pool, the tax service, the invoice topic name, and the
+    store implementations the pool's connections take (default: PostgreSQL), and the
+    published price book's cache (shared by the worker's jobs)."""
 
-    pool: ConnectionPool[Any]
+    pool: Database[Any]
     tax: TaxService
     invoices_topic: str
+    stores: Stores[Any] = POSTGRES
+    price_books: PriceBooks = field(default_factory=PriceBooks)
 
 
 def run_invoice_job(
-    ctx: JobContext, marker: store.CloseMarker, token: fencing.FencingToken, cancel: threading.Event
+    ctx: JobContext, marker: rows.CloseMarker, token: fencing.FencingToken, cancel: threading.Event
 ) -> JobResult:
     """Build, tax and write the invoice of ``marker`` under ``token``. Never raises:
     every outcome is a :class:`JobResult` (transient errors → RETRY)."""
@@ -126,33 +151,75 @@ def run_invoice_job(
 
 def _record_close(
     ctx: JobContext,
-    marker: store.CloseMarker,
+    marker: rows.CloseMarker,
     token: fencing.FencingToken,
     outcome: str,
     invoice_id: str | None,
 ) -> None:
-    with ctx.pool.connection() as conn, conn.transaction():
-        fencing.check(conn, token)
-        store.record_close(conn, marker, outcome, invoice_id)
+    write_fenced(
+        ctx.pool,
+        token,
+        lambda conn: ctx.stores.closes.record_close(conn, marker, outcome, invoice_id),
+        stores=ctx.stores,
+    )
+
+
+def _hold(
+    ctx: JobContext, marker: rows.CloseMarker, token: fencing.FencingToken, rating: Rated
+) -> JobResult:
+    """A gap in the book or the data: hold the invoice with the rating's reasons and
+    record the close ``held``, in one fenced transaction (idempotent per marker:
+    ``invoice_holds`` is unique per source record and customer)."""
+    reason = hold_reason(rating.rated)
+
+    def work(conn: psycopg.Connection[Any]) -> None:
+        ctx.stores.holds.record_hold(
+            conn,
+            customer_id=marker.customer_id,
+            billing_period=marker.billing_period,
+            reason=reason,
+            event_id=marker.event_id,
+            source=marker.source,
+        )
+        ctx.stores.closes.record_close(conn, marker, "held", None)
+
+    write_fenced(ctx.pool, token, work, stores=ctx.stores)
+    HOLDS.inc()
+    for code in hold_codes(rating.rated):
+        RATING_HOLDS.labels(code).inc()
+    log.warning(
+        "invoice of %s for %s held by rating: %s", marker.customer_id, marker.billing_period, reason
+    )
+    return JobResult(marker, token, Outcome.HELD, reason)
 
 
 def _run(
-    ctx: JobContext, marker: store.CloseMarker, token: fencing.FencingToken, cancel: threading.Event
+    ctx: JobContext, marker: rows.CloseMarker, token: fencing.FencingToken, cancel: threading.Event
 ) -> JobResult:
     customer_id, period = marker.customer_id, marker.billing_period
     # 1. read
+    inputs = None
     with ctx.pool.connection() as conn, conn.transaction():
-        existing = store.current_invoice(conn, customer_id, period)
-        holds = [] if existing else store.open_holds(conn, customer_id, period)
-        customer = store.get_customer(conn, customer_id)
-        lines = store.usage_before(
-            conn,
-            customer_id,
-            period,
-            marker.source.topic,
-            marker.source.partition,
-            marker.source.offset,
-        )
+        existing = ctx.stores.invoices.current_invoice(conn, customer_id, period)
+        holds = [] if existing else ctx.stores.holds.open_holds(conn, customer_id, period)
+        customer = ctx.stores.usage.get_customer(conn, customer_id)
+        if existing is None and not holds and customer is not None:
+            lines = ctx.stores.usage.usage_before(
+                conn,
+                customer_id,
+                period,
+                marker.source.topic,
+                marker.source.partition,
+                marker.source.offset,
+            )
+            inputs = gather(
+                conn,
+                marker,
+                currency=customer.currency,
+                book=ctx.price_books.current(conn, ctx.stores.pricing),
+                pass_through=lines,
+                metering=ctx.stores.metering,
+            )
     if existing is not None:
         _record_close(ctx, marker, token, "already_invoiced", existing.invoice_id)
         return JobResult(
@@ -172,69 +239,59 @@ def _run(
         )
         log.warning("invoice of %s for %s held: %s", customer_id, period, reasons)
         return JobResult(marker, token, Outcome.HELD, reasons)
-    if customer is None:
+    if customer is None or inputs is None:
         raise InvoiceRuleViolation(
             f"customer {customer_id!r} has no customer.upserted before its close marker"
         )
 
-    # 2. price: refuse bad data now, while no tax document is committed for this key
-    priced = price_invoice(lines, currency=customer.currency)
+    # 2. rate and price: refuse bad data now, while no tax document is committed for this key
+    rating = rate_period(inputs)
+    RATING_SECONDS.observe(rating.seconds)
+    RATED_EVENTS.inc(rating.metered_events)
+    if rating.priced is None:
+        return _hold(ctx, marker, token, rating)
+    priced = rating.priced
     revision = 1
     invoice_id = invoice_id_for(customer_id, period, revision)
     if cancel.is_set():
         return JobResult(marker, token, Outcome.CANCELLED, "cancelled before the tax call")
     # 3. tax, with no transaction open
     taxed = ctx.tax.calculate(
-        idempotency_key=f"{invoice_id}:r{revision}",
+        idempotency_key=tax_idempotency_key(invoice_id, revision),
         customer_id=customer_id,
         currency=customer.currency,
-        lines=[line.tax_line() for line in priced.lines],
+        lines=priced.tax_lines(),
     )
     totals = apply_tax(priced, taxed)
     if cancel.is_set():
         return JobResult(marker, token, Outcome.CANCELLED, "cancelled after the tax call")
-    draft = store.InvoiceDraft(
+    draft = rows.InvoiceDraft(
         invoice_id=invoice_id,
         revision=revision,
         customer=customer,
         billing_period=period,
         totals=totals,
-        lines=tuple(lines),
+        lines=priced.lines,
         taxed=tuple(taxed),
         marker=marker,
     )
-    # 4. write
-    issued_at = datetime.now(UTC)
-    inserted = False
-    with ctx.pool.connection() as conn, conn.transaction():
-        fencing.check(conn, token)
-        number = store.invoice_number(period, store.next_number(conn, f"INV-{period}"))
-        inserted = store.insert_invoice(
-            conn,
-            draft,
-            number=number,
-            fence=(token.group_id, token.generation, token.member_id),
-            lease_fencing_token=marker.lease_fencing_token,
-            issued_at=issued_at,
-        )
-        if not inserted:
-            # Someone (a previous owner, a redelivery) wrote it: give the number back.
-            raise psycopg.Rollback()
-        event = invoice_issued(draft, number, issued_at)
-        store.insert_outbox(
-            conn,
-            event_id=deterministic_id("outbox", "invoice.issued", invoice_id),
-            topic=ctx.invoices_topic,
-            customer_id=customer_id,
-            event=event,
-            source=EVENT_SOURCE,
-            time=issued_at,
-            document_id=invoice_id,
-        )
-        store.record_close(conn, marker, "invoiced", invoice_id)
-    if not inserted:
+    # 4. write: the one issuance transaction, under the partition fence
+    result = issue(
+        ctx.pool,
+        token,
+        draft,
+        invoices_topic=ctx.invoices_topic,
+        source=EVENT_SOURCE,
+        lease_fencing_token=marker.lease_fencing_token,
+        after=lambda conn, issued: ctx.stores.closes.record_close(
+            conn, marker, "invoiced", issued.invoice_id
+        ),
+        stores=ctx.stores,
+    )
+    if isinstance(result, NotIssued):
+        # Someone (a previous owner, a redelivery) wrote it; the number was given back.
         with ctx.pool.connection() as conn:
-            existing = store.current_invoice(conn, customer_id, period)
+            existing = ctx.stores.invoices.current_invoice(conn, customer_id, period)
         _record_close(
             ctx, marker, token, "already_invoiced", existing.invoice_id if existing else None
         )
@@ -252,29 +309,5 @@ def _run(
         Outcome.INVOICED,
         f"{totals.line_count} lines, total {totals.total}",
         invoice_id,
-        number,
-    )
-
-
-def invoice_issued(draft: store.InvoiceDraft, number: str, issued_at: datetime) -> InvoiceIssued:
-    """The ``invoice.issued`` event of a draft (DESIGN §2 "Topics")."""
-    totals = draft.totals
-    return InvoiceIssued(
-        invoice_id=draft.invoice_id,
-        invoice_number=number,
-        revision=draft.revision,
-        customer_id=draft.customer.customer_id,
-        customer_name=draft.customer.name,
-        email=draft.customer.email,
-        billing_period=draft.billing_period,
-        currency=totals.currency,
-        line_count=totals.line_count,
-        subtotal=totals.subtotal,
-        tax_total=totals.tax_total,
-        total=totals.total,
-        taxes=totals.taxes,
-        largest_lines=totals.largest_lines,
-        issued_at=issued_at,
-        supersedes_invoice_id=draft.supersedes_invoice_id,
-        source=totals.source,
+        result.invoice_number,
     )

@@ -2,11 +2,13 @@
 
 Per partition, records are handled in offset order:
 
-- ``customer.upserted`` and ``usage.recorded`` are stored in batches (one fenced
-  transaction per partition per poll, then the offset commit — the commit point
-  of :mod:`streams.invoicing.commit`); usage is deduplicated by event id, and
-  the same id with a different payload is dead-lettered as a conflict, never
-  overwritten;
+- ``customer.upserted``, ``usage.recorded``, ``usage.metered`` and
+  ``subscription.*`` are stored in batches (one fenced transaction per partition
+  per poll, then the offset commit — the commit point of
+  :mod:`streams.billing.commit`); usage, metered usage and subscription events
+  are deduplicated by event id, and the same id with a different payload is
+  dead-lettered as a conflict, never overwritten (its customer held: the period
+  of a metered event, every period for a subscription event);
 - a ``billing_period.closed`` marker first flushes what precedes it, then
   **pauses** the partition and hands an invoice job to a thread pool
   (:mod:`streams.invoicing.jobs`). The poll loop keeps polling — which keeps the
@@ -19,10 +21,16 @@ Per partition, records are handled in offset order:
   no usable customer is dead-lettered all the same, logged at ERROR and counted.
 
 Ownership: on assignment the worker parses its fencing token from
-``consumer_group_metadata()`` and claims each partition's fence row upward; on
-revoke or loss it cancels that partition's in-flight job (and counts "partition
-lost while a job was in flight"). Every write transaction checks the fence; a
-refused write drops the partition's work without committing offsets.
+``consumer_group_metadata()`` and claims each partition's fence row upward
+(the partition fence of :mod:`streams.billing.fencing`); on revoke or loss it
+cancels that partition's in-flight job (and counts "partition lost while a job
+was in flight"). Every write transaction checks the fence; a refused write drops
+the partition's work without committing offsets. What the worker knows of each
+assigned partition is one :class:`~streams.invoicing.partitions.PartitionState`.
+
+The SQL, the fences, the issuance transaction, the commit point and the
+dead-letter sink are the billing kernel's (:mod:`streams.billing`); the worker
+is the loop around them, built by :func:`streams.bootstrap.invoicing_worker`.
 """
 
 from __future__ import annotations
@@ -30,7 +38,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import signal
 import threading
 import time
@@ -40,22 +47,35 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-from psycopg_pool import ConnectionPool
+from confluent_kafka import KafkaException, TopicPartition
 
+from streams import topics
 from streams.adapters.kafka import Record, group_metadata, record_of
-from streams.billing.ports import TaxService
+from streams.billing import fencing, rows
+from streams.billing.commit import CommitPoint, write_fenced
+from streams.billing.dead_letters import (
+    DeadLetterError,
+    DeadLetters,
+    customers_of,
+    header_text,
+    period_of,
+)
+from streams.billing.metrics import CLAIMS_REFUSED, FENCING_REFUSALS
+from streams.billing.ports import Database, KafkaSink, KafkaSource, TaxService
+from streams.billing.stores import POSTGRES, Stores
 from streams.domain.codec import decode
 from streams.domain.errors import InvalidEvent
-from streams.domain.events import BillingPeriodClosed, CustomerUpserted, UsageRecorded
-from streams.domain.periods import PERIOD_PATTERN
-from streams.invoicing import fencing, store
-from streams.invoicing.commit import commit_offsets, write_fenced
-from streams.invoicing.dlq import DeadLetterError, DeadLetters
+from streams.domain.events import (
+    BillingPeriodClosed,
+    CustomerUpserted,
+    SubscriptionChanged,
+    SubscriptionEnded,
+    SubscriptionStarted,
+    UsageMetered,
+    UsageRecorded,
+)
 from streams.invoicing.jobs import JobContext, JobResult, Outcome, run_invoice_job
 from streams.invoicing.metrics import (
-    CLAIMS_REFUSED,
-    FENCING_REFUSALS,
     HOLDS,
     INVOICES,
     JOBS_IN_FLIGHT,
@@ -63,95 +83,112 @@ from streams.invoicing.metrics import (
     PARTITIONS_LOST_WITH_JOB,
     RECORDS,
 )
+from streams.invoicing.partitions import InvoiceJob, PartitionState
 from streams.settings import Settings
 
 log = logging.getLogger("streams.invoicing.worker")
 
-ACCOUNT_EVENT_TYPES = (CustomerUpserted, UsageRecorded, BillingPeriodClosed)
-_PERIOD_RE = re.compile(PERIOD_PATTERN)
-
-
-@dataclass
-class _Job:
-    marker: store.CloseMarker
-    token: fencing.FencingToken
-    cancel: threading.Event
-    future: Future[JobResult]
+ACCOUNT_EVENT_TYPES = (
+    CustomerUpserted,
+    UsageRecorded,
+    BillingPeriodClosed,
+    UsageMetered,
+    SubscriptionStarted,
+    SubscriptionChanged,
+    SubscriptionEnded,
+)
 
 
 @dataclass
 class _Batch:
     """Effects of a run of records of one partition, written in one transaction."""
 
-    customers: list[tuple[str, CustomerUpserted, store.SourceCoordinates]] = field(
+    customers: list[tuple[str, CustomerUpserted, rows.SourceCoordinates]] = field(
         default_factory=list
     )
-    usage: list[store.UsageRecord] = field(default_factory=list)
-    holds: list[dict[str, Any]] = field(default_factory=list)
+    usage: list[rows.UsageRecord] = field(default_factory=list)
+    metered: list[rows.MeteredRecord] = field(default_factory=list)
+    subscriptions: list[rows.SubscriptionRecord] = field(default_factory=list)
+    holds: list[rows.HoldRequest] = field(default_factory=list)
     messages: list[Record] = field(default_factory=list)
 
 
 class InvoicingWorker:
     """One member of the invoicing consumer group. ``run()`` polls until ``stop`` is set.
 
+    Built by :func:`streams.bootstrap.invoicing_worker` (the composition root); it
+    builds no client itself.
+
     Args:
         settings: the settings (topics from ``kafka.topic_prefix``; group from
-            ``worker.invoicing_group``).
-        pool: PostgreSQL pool of the application role.
+            ``worker.invoicing_group``; ``worker.batch_size``, ``worker.max_jobs``).
+        pool: PostgreSQL pool of the application role (``max_jobs + 2`` connections),
+            or another :class:`~streams.billing.ports.Database` with its ``stores``.
         tax: the tax service.
-        consumer / producer: Kafka clients (built from settings when None).
+        consumer: a consumer of group ``worker.invoicing_group`` (manual commits,
+            cooperative-sticky); this worker subscribes and closes it.
+        producer: for the dead-letter topic; this worker flushes it on shutdown.
+        stores: the store implementations ``pool``'s connections take (default: the
+            PostgreSQL ones, :data:`streams.billing.stores.POSTGRES`).
+        stop: when set, :meth:`run` finishes and returns.
+        retry_backoff_s: pause of a partition after a transient failure (seconds).
     """
 
     def __init__(
         self,
         settings: Settings,
         *,
-        pool: ConnectionPool[Any],
+        pool: Database[Any],
         tax: TaxService,
-        consumer: Consumer | None = None,
-        producer: Producer | None = None,
+        consumer: KafkaSource,
+        producer: KafkaSink,
+        stores: Stores[Any] = POSTGRES,
         stop: threading.Event | None = None,
         retry_backoff_s: float = 2.0,
     ) -> None:
-        from streams import bootstrap
-
         prefix = settings.kafka.topic_prefix
         self.settings = settings
         self.group_id = settings.worker.invoicing_group
-        self.topic = prefix + "billing.account-events.v1"
-        self.invoices_topic = prefix + "billing.invoices.v1"
+        self.topic = topics.ACCOUNT_EVENTS.with_prefix(prefix).name
+        self.invoices_topic = topics.INVOICES.with_prefix(prefix).name
         self.pool = pool
-        self.consumer = consumer or bootstrap.consumer(settings, self.group_id)
-        self.producer = producer or bootstrap.producer(settings)
+        self.stores = stores
+        self.consumer = consumer
+        self.producer = producer
+        self.commit_point = CommitPoint(self.consumer)
         self.dead_letters = DeadLetters(
-            self.producer, prefix + "billing.account-events.dlq.v1", self.group_id
+            self.producer, topics.ACCOUNT_EVENTS_DLQ.with_prefix(prefix).name, self.group_id
         )
-        self.jobs_ctx = JobContext(pool=pool, tax=tax, invoices_topic=self.invoices_topic)
+        self.jobs_ctx = JobContext(
+            pool=pool, tax=tax, invoices_topic=self.invoices_topic, stores=stores
+        )
         self.executor = ThreadPoolExecutor(
             max_workers=settings.worker.max_jobs, thread_name_prefix="invoice-job"
         )
         self.stop = stop or threading.Event()
         self.retry_backoff_s = retry_backoff_s
-        #: partition → the token we claimed it under (only claimed partitions are processed)
-        self.owned: dict[int, fencing.FencingToken] = {}
-        #: partition → its in-flight invoice job (the partition is paused meanwhile)
-        self.jobs: dict[int, _Job] = {}
-        #: partition → monotonic time before which it stays paused (after a transient error)
-        self.backoff: dict[int, float] = {}
-        #: partitions assigned but not (yet) claimed: paused, claim retried
-        self.unclaimed: set[int] = set()
-        #: partition → token whose claim failed on a database error (retried each poll)
-        self._pending_tokens: dict[int, fencing.FencingToken] = {}
-        #: partition → offset to seek to when it resumes (records skipped while paused)
-        self.rewind: dict[int, int] = {}
-        #: partition → next offset whose commit the broker refused (a rebalance in
-        #: progress) while we kept the partition: retried each poll until it succeeds
-        self.uncommitted: dict[int, int] = {}
+        #: partition → what we track for it, from its assignment to its revoke or loss
+        self.partitions: dict[int, PartitionState] = {}
         self.stats: dict[str, int] = defaultdict(int)
+
+    # ------------------------------------------------------------------ partition state
+
+    def _owned(self, partition: int) -> PartitionState | None:
+        """The partition's state if it is claimed and not fenced, else None."""
+        state = self.partitions.get(partition)
+        return state if state is not None and state.owned else None
+
+    def _jobs(self) -> list[PartitionState]:
+        """The states of the partitions with an invoice job in flight."""
+        return [state for state in self.partitions.values() if state.job is not None]
+
+    def _gauges(self) -> None:
+        OWNED_PARTITIONS.set(sum(1 for state in self.partitions.values() if state.owned))
+        JOBS_IN_FLIGHT.set(len(self._jobs()))
 
     # ------------------------------------------------------------------ rebalance callbacks
 
-    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    def _on_assign(self, consumer: KafkaSource, partitions: list[TopicPartition]) -> None:
         if not partitions:
             return
         # librdkafka keeps a partition's pause flag across revoke/loss and re-assignment to
@@ -165,12 +202,13 @@ class InvoicingWorker:
                 self.group_id, tp.topic, tp.partition, gm.generation_id, gm.member_id
             )
             self._claim(token)
-        OWNED_PARTITIONS.set(len(self.owned))
+        self._gauges()
 
     def _claim(self, token: fencing.FencingToken) -> None:
+        state = self.partitions.setdefault(token.partition, PartitionState(token.partition))
         try:
             with self.pool.connection() as conn:
-                fencing.claim(conn, token)
+                self.stores.fences.claim(conn, token)
         except fencing.ClaimRefused as exc:
             CLAIMS_REFUSED.inc()
             self.stats["claims_refused"] += 1
@@ -180,16 +218,14 @@ class InvoicingWorker:
                 exc,
                 token.group_id,
             )
-            self.unclaimed.add(token.partition)
+            state.unclaimed = True
             return
         except psycopg.Error as exc:
             log.warning("fence claim of partition %s failed (%s); will retry", token.partition, exc)
-            self.unclaimed.add(token.partition)
-            self._pending_tokens[token.partition] = token
+            state.unclaimed = True
+            state.pending_claim = token
             return
-        self.unclaimed.discard(token.partition)
-        self._pending_tokens.pop(token.partition, None)
-        self.owned[token.partition] = token
+        state.claimed(token)
         log.info(
             "claimed %s[%s] at generation %s as %s",
             token.topic,
@@ -198,15 +234,16 @@ class InvoicingWorker:
             token.member_id,
         )
 
-    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    def _on_revoke(self, consumer: KafkaSource, partitions: list[TopicPartition]) -> None:
         self._release(partitions, "revoked")
 
-    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    def _on_lost(self, consumer: KafkaSource, partitions: list[TopicPartition]) -> None:
         self._release(partitions, "lost")
 
     def _release(self, partitions: list[TopicPartition], how: str) -> None:
         for tp in partitions:
-            job = self.jobs.pop(tp.partition, None)
+            state = self.partitions.pop(tp.partition, None)
+            job = state.job if state is not None else None
             if job is not None:
                 job.cancel.set()
                 job.future.add_done_callback(self._orphan_done)
@@ -220,14 +257,7 @@ class InvoicingWorker:
                     job.marker.customer_id,
                     job.marker.billing_period,
                 )
-            self.owned.pop(tp.partition, None)
-            self.backoff.pop(tp.partition, None)
-            self.unclaimed.discard(tp.partition)
-            self._pending_tokens.pop(tp.partition, None)
-            self.rewind.pop(tp.partition, None)
-            self.uncommitted.pop(tp.partition, None)
-        OWNED_PARTITIONS.set(len(self.owned))
-        JOBS_IN_FLIGHT.set(len(self.jobs))
+        self._gauges()
 
     # ------------------------------------------------------------------ main loop
 
@@ -266,7 +296,7 @@ class InvoicingWorker:
         self._retry_claims()
         self._retry_commits()
         self._end_backoffs()
-        messages = self._fetch(min(timeout_s, 0.05) if self.jobs else timeout_s)
+        messages = self._fetch(min(timeout_s, 0.05) if self._jobs() else timeout_s)
         by_partition: dict[int, list[Record]] = defaultdict(list)
         for msg in messages:
             err = msg.error()
@@ -297,8 +327,9 @@ class InvoicingWorker:
     def _pause(self, partition: int, rewind_to: int | None) -> None:
         """Pause ``partition``; when it resumes it restarts at the lowest ``rewind_to`` given
         (records fetched while it is paused are dropped, never skipped)."""
-        if rewind_to is not None:
-            self.rewind[partition] = min(self.rewind.get(partition, rewind_to), rewind_to)
+        state = self.partitions.get(partition)
+        if rewind_to is not None and state is not None:
+            state.rewind_at_most(rewind_to)
         try:
             self.consumer.pause([TopicPartition(self.topic, partition)])
         except KafkaException as exc:  # not assigned any more: nothing to pause
@@ -306,7 +337,8 @@ class InvoicingWorker:
 
     def _resume(self, partition: int, at_offset: int | None = None) -> None:
         """Resume ``partition`` at ``at_offset`` (else at its rewind offset, if any)."""
-        rewind = self.rewind.pop(partition, None)
+        state = self.partitions.get(partition)
+        rewind = state.take_rewind() if state is not None else None
         offset = at_offset if at_offset is not None else rewind
         try:
             if offset is not None:
@@ -316,10 +348,11 @@ class InvoicingWorker:
             log.debug("seek/resume of partition %s failed: %s", partition, exc)
 
     def _retry_claims(self) -> None:
-        for partition, token in list(self._pending_tokens.items()):
-            self._claim(token)
-            if partition in self.owned:
-                self._resume(partition)
+        for state in list(self.partitions.values()):
+            if state.pending_claim is not None:
+                self._claim(state.pending_claim)
+                if state.owned:
+                    self._resume(state.partition)
 
     def _commit(self, partition: int, next_offset: int) -> None:
         """Commit ``next_offset`` of ``partition`` (after the database commit). A commit
@@ -327,41 +360,52 @@ class InvoicingWorker:
         REBALANCE_IN_PROGRESS during a cooperative rebalance) is retried each poll:
         otherwise, with no later record on the partition, its committed offset would
         stay behind for good (lag never 0) until the partition moved."""
-        if commit_offsets(self.consumer, [TopicPartition(self.topic, partition, next_offset)]):
-            if self.uncommitted.get(partition, -1) <= next_offset:
-                self.uncommitted.pop(partition, None)
+        committed = self.commit_point.commit([TopicPartition(self.topic, partition, next_offset)])
+        state = self.partitions.get(partition)
+        if state is None:
+            return
+        if committed:
+            state.commit_done(next_offset)
         else:
-            self.uncommitted[partition] = max(next_offset, self.uncommitted.get(partition, 0))
+            state.commit_refused(next_offset)
 
     def _retry_commits(self) -> None:
-        for partition, next_offset in list(self.uncommitted.items()):
-            if partition in self.owned:
-                self._commit(partition, next_offset)
+        for state in list(self.partitions.values()):
+            if state.uncommitted is None:
+                continue
+            if state.owned:
+                self._commit(state.partition, state.uncommitted)
             else:  # not ours any more: the next owner commits (or redoes, idempotently)
-                del self.uncommitted[partition]
+                state.uncommitted = None
 
     def _end_backoffs(self) -> None:
         now = time.monotonic()
-        for partition, until in list(self.backoff.items()):
-            if now >= until:
-                del self.backoff[partition]
-                if partition in self.owned and partition not in self.jobs:
-                    self._resume(partition)
+        for state in list(self.partitions.values()):
+            if state.backoff_until is not None and now >= state.backoff_until:
+                state.backoff_until = None
+                if state.owned and state.job is None:
+                    self._resume(state.partition)
 
     # ------------------------------------------------------------------ records
 
     def _handle_partition(self, partition: int, msgs: list[Record]) -> None:
-        token = self.owned.get(partition)
-        if token is None or partition in self.jobs or partition in self.backoff:
+        state = self.partitions.get(partition)
+        token = state.token if state is not None else None
+        if (
+            state is None
+            or token is None
+            or state.job is not None
+            or state.backoff_until is not None
+        ):
             # Not ours to process now. A claim pending: pause and restart here once
             # claimed. A job or a backoff: its end seeks explicitly. Fenced or
             # revoked: not ours at all.
-            if partition in self.unclaimed or partition in self._pending_tokens:
+            if state is not None and state.claiming:
                 self._pause(partition, msgs[0].offset)
             return
         batch = _Batch()
         for msg in msgs:
-            source = store.SourceCoordinates(msg.topic, msg.partition, msg.offset)
+            source = rows.SourceCoordinates(msg.topic, msg.partition, msg.offset)
             try:
                 envelope = decode(msg.key, msg.value, msg.headers, allowed=ACCOUNT_EVENT_TYPES)
             except InvalidEvent as exc:
@@ -374,11 +418,15 @@ class InvoicingWorker:
             if isinstance(data, CustomerUpserted):
                 batch.customers.append((envelope.id, data, source))
             elif isinstance(data, UsageRecorded):
-                batch.usage.append(store.UsageRecord(envelope.id, data, source))
+                batch.usage.append(rows.UsageRecord(envelope.id, data, source))
+            elif isinstance(data, UsageMetered):
+                batch.metered.append(rows.MeteredRecord(envelope.id, data, source))
+            elif isinstance(data, SubscriptionStarted | SubscriptionChanged | SubscriptionEnded):
+                batch.subscriptions.append(rows.SubscriptionRecord(envelope.id, data, source))
             elif isinstance(data, BillingPeriodClosed):
                 if not self._flush(partition, token, batch, next_offset=msg.offset):
                     return
-                marker = store.CloseMarker(
+                marker = rows.CloseMarker(
                     envelope.id,
                     data.customer_id,
                     data.billing_period,
@@ -394,10 +442,10 @@ class InvoicingWorker:
             self._flush(partition, token, batch, next_offset=msgs[-1].offset + 1)
 
     def _dead_letter_invalid(
-        self, batch: _Batch, msg: Record, source: store.SourceCoordinates, reason: str
+        self, batch: _Batch, msg: Record, source: rows.SourceCoordinates, reason: str
     ) -> bool:
         """Dead-letter an undecodable or invalid record and queue a hold for every
-        customer it could belong to (:func:`_customers_of`): its key, its
+        customer it could belong to (:func:`~streams.billing.dead_letters.customers_of`): its key, its
         ``ce_subject`` header, its value's ``customer_id``, when they differ each of
         them (the key alone could name the wrong customer, and the real one would be
         invoiced from partial data). A record attributable to nobody is still
@@ -408,7 +456,7 @@ class InvoicingWorker:
         Returns False when the dead-letter record was not delivered (the caller
         rewinds and retries after a backoff, without committing); never raises.
         """
-        customers = _customers_of(msg)
+        customers = customers_of(msg)
         if not customers:
             reason = (
                 f"{reason}; could not be attributed to a customer (no usable UTF-8 key, "
@@ -454,9 +502,9 @@ class InvoicingWorker:
             batch.holds.append(
                 {
                     "customer_id": customer,
-                    "billing_period": _period_of(msg),
+                    "billing_period": period_of(msg),
                     "reason": f"dead-lettered: {reason}{attributed}",
-                    "event_id": _header(msg, "ce_id"),
+                    "event_id": header_text(msg, "ce_id"),
                     "source": source,
                 }
             )
@@ -471,12 +519,16 @@ class InvoicingWorker:
             return True
         first_offset = batch.messages[0].offset
 
-        def work(conn: Any) -> list[store.UsageConflict]:
+        def work(conn: Any) -> list[rows.UsageConflict | rows.RecordConflict]:
             for event_id, data, source in batch.customers:
-                store.upsert_customer(conn, event_id, data, source)
-            conflicts = store.insert_usage(conn, batch.usage)
+                self.stores.usage.upsert_customer(conn, event_id, data, source)
+            conflicts: list[rows.UsageConflict | rows.RecordConflict] = list(
+                self.stores.usage.insert_usage(conn, batch.usage)
+            )
             originals = {m.offset: m for m in batch.messages}
-            for conflict in conflicts:
+            for conflict in list(conflicts):
+                if not isinstance(conflict, rows.UsageConflict):
+                    continue
                 record = conflict.record
                 reason = (
                     f"event id {record.event_id} already recorded with a different payload "
@@ -493,12 +545,34 @@ class InvoicingWorker:
                         "source": record.source,
                     }
                 )
+            for other in self.stores.metering.insert_metered(
+                conn, batch.metered
+            ) + self.stores.metering.insert_subscriptions(conn, batch.subscriptions):
+                reason = (
+                    f"event id {other.record.event_id} already recorded with a different payload "
+                    f"(stored from {other.stored_source.topic}[{other.stored_source.partition}]"
+                    f"@{other.stored_source.offset}); the stored {other.record.data.event_type} "
+                    "is kept"
+                )
+                self._publish_record_conflict(
+                    other, reason, originals.get(other.record.source.offset)
+                )
+                batch.holds.append(
+                    {
+                        "customer_id": other.record.data.customer_id,
+                        "billing_period": other.billing_period,
+                        "reason": reason,
+                        "event_id": other.record.event_id,
+                        "source": other.record.source,
+                    }
+                )
+                conflicts.append(other)
             for hold in batch.holds:
-                record_hold(conn, **hold)
+                self.stores.holds.record_hold(conn, **hold)
             return conflicts
 
         try:
-            conflicts = write_fenced(self.pool, token, work)
+            conflicts = write_fenced(self.pool, token, work, stores=self.stores)
         except fencing.Fenced as exc:
             self._fenced(partition, "records", exc)
             return False
@@ -513,14 +587,25 @@ class InvoicingWorker:
             return False
         if batch.holds:
             HOLDS.inc(len(batch.holds))
-        RECORDS.labels("usage.recorded", "stored").inc(len(batch.usage) - len(conflicts))
+        usage_conflicts = sum(1 for c in conflicts if isinstance(c, rows.UsageConflict))
+        metered_conflicts = sum(
+            1
+            for c in conflicts
+            if isinstance(c, rows.RecordConflict) and isinstance(c.record, rows.MeteredRecord)
+        )
+        RECORDS.labels("usage.recorded", "stored").inc(len(batch.usage) - usage_conflicts)
         RECORDS.labels("customer.upserted", "stored").inc(len(batch.customers))
-        self.stats["usage_stored"] += len(batch.usage) - len(conflicts)
+        RECORDS.labels("usage.metered", "stored").inc(len(batch.metered) - metered_conflicts)
+        RECORDS.labels("subscription", "stored").inc(
+            len(batch.subscriptions) - (len(conflicts) - usage_conflicts - metered_conflicts)
+        )
+        self.stats["usage_stored"] += len(batch.usage) - usage_conflicts
+        self.stats["metered_stored"] += len(batch.metered) - metered_conflicts
         self._commit(partition, next_offset)
         return True
 
     def _publish_conflict(
-        self, record: store.UsageRecord, reason: str, original: Record | None
+        self, record: rows.UsageRecord, reason: str, original: Record | None
     ) -> None:
         """Dead-letter a conflicting duplicate as it was read: the original key, value
         and headers (DESIGN §3 invariant 5: "the original record + reason"), with the
@@ -555,9 +640,52 @@ class InvoicingWorker:
         self.stats["conflicts"] += 1
         log.warning("usage conflict dead-lettered: %s", reason)
 
+    def _publish_record_conflict(
+        self, conflict: rows.RecordConflict, reason: str, original: Record | None
+    ) -> None:
+        """Dead-letter a conflicting metered or subscription event as it was read (see
+        :meth:`_publish_conflict`).
+
+        Raises:
+            DeadLetterError: not delivered (the batch is retried after a backoff).
+        """
+        record = conflict.record
+        if original is not None:
+            key, value, headers = original.key, original.value, list(original.headers)
+        else:
+            from streams.domain.codec import encode
+            from streams.domain.events import Envelope
+
+            encoded = encode(
+                Envelope.wrap(record.data, id=record.event_id, source="/invoicing/worker/conflict")
+            )
+            key, value, headers = encoded.key, encoded.value, list(encoded.headers)
+        self.dead_letters.publish(
+            key=key,
+            value=value,
+            headers=headers,
+            source_topic=record.source.topic,
+            source_partition=record.source.partition,
+            source_offset=record.source.offset,
+            kind="conflict",
+            reason=reason,
+        )
+        RECORDS.labels(record.data.event_type, "conflict").inc()
+        self.stats["conflicts"] += 1
+        log.warning("%s conflict dead-lettered: %s", record.data.event_type, reason)
+
     def _flush_failed(self, partition: int, rewind_to: int, reason: str) -> None:
-        self.backoff[partition] = time.monotonic() + self.retry_backoff_s
+        self._back_off(partition)
         self._pause(partition, rewind_to)
+
+    def _back_off(self, partition: int, *, rewind_to: int | None = None) -> None:
+        """Keep ``partition`` paused for ``retry_backoff_s`` (and restart at ``rewind_to``)."""
+        state = self.partitions.get(partition)
+        if state is None:
+            return
+        state.backoff_until = time.monotonic() + self.retry_backoff_s
+        if rewind_to is not None:
+            state.rewind_to = rewind_to
 
     @staticmethod
     def _orphan_done(future: Future[JobResult]) -> None:
@@ -585,33 +713,37 @@ class InvoicingWorker:
             stage,
             exc,
         )
-        self.owned.pop(partition, None)
+        state = self.partitions.get(partition)
+        if state is not None:
+            state.token = None
         self._pause(partition, None)
 
     # ------------------------------------------------------------------ invoice jobs
 
     def _start_job(
-        self, partition: int, token: fencing.FencingToken, marker: store.CloseMarker
+        self, partition: int, token: fencing.FencingToken, marker: rows.CloseMarker
     ) -> None:
         self._pause(partition, None)
         cancel = threading.Event()
         future = self.executor.submit(run_invoice_job, self.jobs_ctx, marker, token, cancel)
-        self.jobs[partition] = _Job(marker, token, cancel, future)
-        JOBS_IN_FLIGHT.set(len(self.jobs))
+        self.partitions[partition].job = InvoiceJob(marker, token, cancel, future)
+        self._gauges()
 
     def _collect_jobs(self) -> None:
-        for partition, job in list(self.jobs.items()):
-            if not job.future.done():
+        for state in self._jobs():
+            job = state.job
+            if job is None or not job.future.done():
                 continue
-            del self.jobs[partition]
-            JOBS_IN_FLIGHT.set(len(self.jobs))
-            self._job_done(partition, job.future.result())
+            state.job = None
+            self._gauges()
+            self._job_done(state.partition, job.future.result())
 
     def _job_done(self, partition: int, result: JobResult) -> None:
         marker = result.marker
         INVOICES.labels(result.outcome.value).inc()
         self.stats[f"invoice_{result.outcome.value}"] += 1
-        still_ours = self.owned.get(partition) == result.token
+        owned = self._owned(partition)
+        still_ours = owned is not None and owned.token == result.token
         if result.outcome is Outcome.FENCED:
             self._fenced(partition, "invoice", fencing.Fenced(result.token, None))
             return
@@ -624,8 +756,7 @@ class InvoicingWorker:
                 marker.billing_period,
                 result.detail,
             )
-            self.backoff[partition] = time.monotonic() + self.retry_backoff_s
-            self.rewind[partition] = marker.source.offset
+            self._back_off(partition, rewind_to=marker.source.offset)
             return
         if result.outcome is Outcome.FAILED and not self._reject_marker(partition, result):
             return
@@ -641,7 +772,7 @@ class InvoicingWorker:
             if self.settings.fault.kill_after_db_commit:
                 _fault_kill_after_db_commit()
         self._commit(partition, marker.source.offset + 1)
-        self.rewind.pop(partition, None)
+        self.partitions[partition].rewind_to = None
         self._resume(partition, marker.source.offset + 1)
 
     def _reject_marker(self, partition: int, result: JobResult) -> bool:
@@ -670,7 +801,7 @@ class InvoicingWorker:
             )
 
             def work(conn: Any) -> None:
-                record_hold(
+                self.stores.holds.record_hold(
                     conn,
                     customer_id=marker.customer_id,
                     billing_period=marker.billing_period,
@@ -678,9 +809,9 @@ class InvoicingWorker:
                     event_id=marker.event_id,
                     source=marker.source,
                 )
-                store.record_close(conn, marker, "held", None)
+                self.stores.closes.record_close(conn, marker, "held", None)
 
-            write_fenced(self.pool, result.token, work)
+            write_fenced(self.pool, result.token, work, stores=self.stores)
         except fencing.Fenced as exc:
             self._fenced(partition, "invoice", exc)
             return False
@@ -688,8 +819,7 @@ class InvoicingWorker:
             log.warning(
                 "recording the refused invoice of %s failed (%s); retrying", marker.customer_id, exc
             )
-            self.backoff[partition] = time.monotonic() + self.retry_backoff_s
-            self.rewind[partition] = marker.source.offset
+            self._back_off(partition, rewind_to=marker.source.offset)
             return False
         HOLDS.inc()
         log.error(
@@ -704,11 +834,12 @@ class InvoicingWorker:
 
     def _shutdown(self) -> None:
         deadline = time.monotonic() + 30
-        while self.jobs and time.monotonic() < deadline:
+        while self._jobs() and time.monotonic() < deadline:
             self._collect_jobs()
             time.sleep(0.05)
-        for job in self.jobs.values():
-            job.cancel.set()
+        for state in self._jobs():
+            if state.job is not None:
+                state.job.cancel.set()
         self.executor.shutdown(wait=True, cancel_futures=True)
         self._collect_jobs()
         self._retry_commits()
@@ -731,124 +862,3 @@ def _fault_kill_after_db_commit() -> None:
     )
     logging.shutdown()
     os.kill(os.getpid(), signal.SIGKILL)
-
-
-def _header(msg: Record, name: str) -> str | None:
-    for key, value in msg.headers:
-        if key == name:
-            try:
-                return value.decode()
-            except UnicodeDecodeError:
-                return None
-    return None
-
-
-def _customer_text(raw: bytes | str | None) -> str | None:
-    """``raw`` as a customer id if it is usable: UTF-8 text of 1 to 128 characters."""
-    if isinstance(raw, bytes):
-        try:
-            raw = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            return None
-    return raw if isinstance(raw, str) and 0 < len(raw) <= 128 else None
-
-
-def _payload_of(msg: Record) -> dict[str, Any] | None:
-    """The record's value if it is a JSON object, else None."""
-    try:
-        payload = json.loads(msg.value or b"")
-    except (ValueError, UnicodeDecodeError):
-        return None
-    return payload if isinstance(payload, dict) else None
-
-
-def _customers_of(msg: Record) -> list[str]:
-    """Every customer a bad record could belong to, without repeats: its key, its
-    ``ce_subject`` header and its value's ``customer_id``, each when it is usable
-    (:func:`_customer_text`). Empty when none is: the record cannot be attributed."""
-    subject = next((value for name, value in msg.headers if name == "ce_subject"), None)
-    payload = _payload_of(msg)
-    candidates = [
-        _customer_text(msg.key),
-        _customer_text(subject),
-        _customer_text(payload.get("customer_id") if payload else None),
-    ]
-    return list(dict.fromkeys(c for c in candidates if c is not None))
-
-
-def _period_of(msg: Record) -> str | None:
-    """The billing period a bad record names, if its value is JSON with a valid one
-    (then only that period is held; otherwise every period of the customer)."""
-    payload = _payload_of(msg)
-    period = payload.get("billing_period") if payload else None
-    return period if isinstance(period, str) and _PERIOD_RE.match(period) else None
-
-
-def record_hold(
-    conn: psycopg.Connection[Any],
-    *,
-    customer_id: str,
-    billing_period: str | None,
-    reason: str,
-    event_id: str | None,
-    source: store.SourceCoordinates,
-) -> None:
-    """Hold ``customer_id``'s invoicing (for one period, or all when ``billing_period``
-    is None) because the record at ``source`` was dead-lettered. Idempotent per
-    (source record, customer), so one record can hold several customers (migration
-    0004; docs/architecture.md "Holds instead of partial invoices").
-
-    Raises:
-        psycopg.Error: the insert failed (the caller's transaction is rolled back).
-    """
-    conn.execute(
-        """
-        INSERT INTO invoice_holds (customer_id, billing_period, reason, event_id,
-                                   source_topic, source_partition, source_offset)
-        VALUES (%s, %s, %s, %s, %s, %s, %s)
-        ON CONFLICT (source_topic, source_partition, source_offset, customer_id) DO NOTHING
-        """,
-        (
-            customer_id,
-            billing_period,
-            reason[:2000],
-            event_id,
-            source.topic,
-            source.partition,
-            source.offset,
-        ),
-    )
-
-
-def run_invoicing_worker(
-    settings: Settings, *, stop: threading.Event | None = None, install_signal_handlers: bool = True
-) -> dict[str, int]:
-    """Build a worker from settings (composition root), run it until stopped (``stop``
-    set, or SIGTERM/SIGINT when ``install_signal_handlers``), and return its counters
-    by name (records stored, invoices written, fencing refusals, ...).
-
-    Raises:
-        KafkaException: a fatal consumer error (see :meth:`InvoicingWorker.run`).
-        psycopg_pool.PoolTimeout: the database did not answer within 30 s at start.
-    """
-    from streams import bootstrap
-
-    stop = stop or threading.Event()
-    if install_signal_handlers:
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: stop.set())
-    pool = bootstrap.postgres_pool(
-        settings,
-        name="invoicing-worker",
-        max_size=max(settings.postgres.pool_max_size, settings.worker.max_jobs + 2),
-    )
-    redis_conn = bootstrap.redis_client(settings)
-    tax = bootstrap.tax_service(settings, redis_conn)
-    try:
-        worker = InvoicingWorker(settings, pool=pool, tax=tax, stop=stop)
-        worker.run()
-        return dict(worker.stats)
-    finally:
-        tax.close()
-        redis_conn.close()
-        pool.close()

@@ -1,7 +1,9 @@
 """Alembic environment: online migrations only, serialised by an advisory lock.
 
-The URL comes from the caller (``streams.adapters.migrate.upgrade``) through the
-Alembic config's ``sqlalchemy.url``; nothing is read from the environment here.
+The URL comes from the caller (``streams.adapters.migrate.upgrade``) as a
+:class:`sqlalchemy.engine.URL` object in the Alembic config's ``attributes["url"]``
+(never a string to parse: any character of a password stays the password); nothing
+is read from the environment here.
 Two ``migrate`` commands started at once (two workers, two CI jobs) take the same
 advisory lock, so the second waits and then finds nothing to do.
 """
@@ -11,14 +13,13 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import create_engine, pool, text
 
-#: Key of the PostgreSQL advisory lock that serialises migrations.
-MIGRATION_LOCK_KEY = 7_246_011
+from streams.adapters.migrate import MIGRATION_LOCK_KEY
 
 
 def run_migrations_online() -> None:
-    url = context.config.get_main_option("sqlalchemy.url")
-    if not url:
-        raise RuntimeError("sqlalchemy.url is not set: call streams.adapters.migrate.upgrade()")
+    url = context.config.attributes.get("url")
+    if url is None:
+        raise RuntimeError("no database URL: call streams.adapters.migrate.upgrade()")
     engine = create_engine(url, poolclass=pool.NullPool)
     with engine.connect() as connection:
         connection.execute(text("SELECT pg_advisory_lock(:k)"), {"k": MIGRATION_LOCK_KEY})

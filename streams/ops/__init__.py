@@ -3,7 +3,9 @@
 - :mod:`streams.ops.status` — ``invoicing status`` (:func:`~streams.ops.status.collect`);
 - :mod:`streams.ops.holds` — ``invoicing holds list|release``;
 - :mod:`streams.ops.fences` — ``invoicing fences list``;
-- :mod:`streams.ops.reconcile` — ``invoicing reconcile`` and ``invoicing outbox prune``.
+- :mod:`streams.ops.reconcile` — ``invoicing reconcile`` and ``invoicing outbox prune``;
+- :mod:`streams.ops.focus_reconcile` — ``invoicing reconcile --focus FILE`` (invoices
+  against the FOCUS file they billed).
 
 The commands are :mod:`streams.entrypoints.ops`; what these functions read and
 write through (connections, consumers, a producer) they receive from it.

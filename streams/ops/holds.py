@@ -1,8 +1,11 @@
 """Invoice holds: list them, and release them after the bad input was dealt with.
 
 A hold is written when a record of a customer was dead-lettered (undecodable,
-invalid, a conflicting duplicate) or when a close marker's invoice was refused
-by a permanent rule. While a hold is open, that customer's invoice for the
+invalid, a conflicting duplicate), when a close marker's invoice was refused
+by a permanent rule, or when rating found a gap in the price book or the data
+(reason ``rating: <code>: …``, docs/rating.md "Gaps are holds, also in the
+pipeline": fix it by publishing the missing plan version or sending the
+missing subscription event, then release). While a hold is open, that customer's invoice for the
 period (or every period, when the bad record named none) is not built: nobody
 is invoiced from partial data.
 
@@ -32,6 +35,7 @@ from typing import Any
 
 import psycopg
 from confluent_kafka import Producer
+from psycopg.rows import class_row, scalar_row
 
 from streams.domain.codec import encode
 from streams.domain.events import BillingPeriodClosed, Envelope, close_marker_id
@@ -57,20 +61,28 @@ class HoldRow:
 
 def list_holds(conn: psycopg.Connection[Any], *, include_released: bool = False) -> list[HoldRow]:
     """Holds, open ones first; ``held_closes`` counts close markers that were held by them."""
-    rows = conn.execute(
-        f"""
-        SELECT h.hold_id, h.customer_id, h.billing_period, h.reason,
-               h.source_topic || '[' || h.source_partition || ']@' || h.source_offset,
-               h.created_at, h.released_at,
-               (SELECT count(*) FROM period_closes c
-                 WHERE c.customer_id = h.customer_id AND c.outcome = 'held'
-                   AND (h.billing_period IS NULL OR c.billing_period = h.billing_period))
-          FROM invoice_holds h
-         {"" if include_released else "WHERE h.released_at IS NULL"}
-         ORDER BY h.released_at IS NOT NULL, h.hold_id
-        """
-    ).fetchall()
-    return [HoldRow(*r) for r in rows]
+    with conn.cursor(row_factory=class_row(HoldRow)) as cur:
+        return cur.execute(
+            f"""
+            SELECT h.hold_id, h.customer_id, h.billing_period, h.reason,
+                   h.source_topic || '[' || h.source_partition || ']@' || h.source_offset AS source,
+                   h.created_at, h.released_at,
+                   (SELECT count(*) FROM period_closes c
+                     WHERE c.customer_id = h.customer_id AND c.outcome = 'held'
+                       AND (h.billing_period IS NULL OR c.billing_period = h.billing_period))
+                   AS held_closes
+              FROM invoice_holds h
+             {"" if include_released else "WHERE h.released_at IS NULL"}
+             ORDER BY h.released_at IS NOT NULL, h.hold_id
+            """
+        ).fetchall()
+
+
+@dataclass(frozen=True)
+class _HoldState:
+    customer_id: str
+    billing_period: str | None
+    released_at: datetime | None
 
 
 def release_hold(
@@ -95,35 +107,33 @@ def release_hold(
     Raises:
         HoldError: no such hold, or the markers were not delivered (run it again).
     """
-    row = conn.execute(
-        "SELECT customer_id, billing_period, released_at FROM invoice_holds WHERE hold_id = %s",
-        (hold_id,),
-    ).fetchone()
-    if row is None:
+    with conn.cursor(row_factory=class_row(_HoldState)) as cur:
+        hold = cur.execute(
+            "SELECT customer_id, billing_period, released_at FROM invoice_holds WHERE hold_id = %s",
+            (hold_id,),
+        ).fetchone()
+    if hold is None:
         raise HoldError(f"no hold #{hold_id}")
-    customer_id, period, released_at = row
+    customer_id, period, released_at = hold.customer_id, hold.billing_period, hold.released_at
     if released_at is None:
         conn.execute(
             "UPDATE invoice_holds SET released_at = now(), released_by = %s, release_note = %s "
             "WHERE hold_id = %s AND released_at IS NULL",
             (released_by, note, hold_id),
         )
-    periods = [
-        r[0]
-        for r in conn.execute(
+    with conn.cursor(row_factory=scalar_row) as cur:
+        periods: list[str] = cur.execute(
             "SELECT DISTINCT billing_period FROM period_closes WHERE customer_id = %s AND outcome = 'held' "
             "AND (%s::text IS NULL OR billing_period = %s) ORDER BY 1",
             (customer_id, period, period),
+        ).fetchall()
+        still_held: set[str] = set(
+            cur.execute(
+                "SELECT DISTINCT coalesce(billing_period, '*') FROM invoice_holds "
+                "WHERE customer_id = %s AND released_at IS NULL AND hold_id <> %s",
+                (customer_id, hold_id),
+            ).fetchall()
         )
-    ]
-    still_held = {
-        r[0]
-        for r in conn.execute(
-            "SELECT DISTINCT coalesce(billing_period, '*') FROM invoice_holds "
-            "WHERE customer_id = %s AND released_at IS NULL AND hold_id <> %s",
-            (customer_id, hold_id),
-        )
-    }
     errors: list[str] = []
     sent: list[str] = []
     for billing_period in periods:

@@ -3,9 +3,10 @@
 Debezium delivers at least once, and a lost or recreated replication slot can
 drop events without an error. So:
 
-- outbox rows are kept for a retention period (default 30 days) and then
-  deleted by :func:`prune_outbox` (``invoicing outbox prune``); the EventRouter
-  ignores deletes, so pruning publishes nothing;
+- outbox rows are kept for a retention period (default 30 days, at least 7) and
+  then deleted by :func:`prune_outbox` (``invoicing outbox prune``, through the
+  owner's ``prune_outbox()`` function: no runtime role may delete outbox rows); the
+  EventRouter ignores deletes, so pruning publishes nothing;
 - :func:`reconcile` (``invoicing reconcile``) reads ``billing.invoices.v1`` from
   the beginning and reports every issued document (invoice revision or credit
   note) whose event never reached the topic, and every invoice revision with a
@@ -16,7 +17,9 @@ drop events without an error. So:
 
 A republish needs the original payload: within retention it is copied from the
 outbox; after pruning, an invoice's event is rebuilt from its stored rows
-(:func:`streams.invoicing.jobs.invoice_issued` over the invoice and its lines).
+(:func:`streams.billing.issuance.invoice_issued` over the invoice and its lines;
+a rated invoice's charge lines from ``invoice_charges`` and its rating summary
+from ``invoices.rating``).
 """
 
 from __future__ import annotations
@@ -31,8 +34,15 @@ from typing import Any
 
 import psycopg
 from confluent_kafka import Consumer, TopicPartition
+from psycopg.rows import scalar_row
 
 from streams.adapters.kafka import record_of
+from streams.billing import rows, store
+from streams.billing.issuance import invoice_issued
+from streams.domain.events import SourceRange
+from streams.domain.invoice import PricedInvoice, TaxedLine, UsageLine, apply_tax, compute_invoice
+from streams.domain.money import round_money
+from streams.domain.rating.priced import largest_lines
 
 #: CloudEvents ``source`` of republished events.
 SOURCE = "/ops/reconcile"
@@ -53,9 +63,19 @@ class ReconcileReport:
 
 
 def prune_outbox(conn: psycopg.Connection[Any], older_than: timedelta) -> int:
-    """Delete outbox rows older than ``older_than``; returns how many."""
-    cur = conn.execute("DELETE FROM outbox WHERE created_at < now() - %s", (older_than,))
-    return cur.rowcount
+    """Delete outbox rows older than ``older_than``; returns how many.
+
+    Through ``prune_outbox(interval)`` (migration 0006): a ``SECURITY DEFINER`` function
+    of the owner, so the caller (the admin role) needs ``EXECUTE`` on it and no
+    ``DELETE`` on the outbox.
+
+    Raises:
+        psycopg.errors.InsufficientPrivilege: ``older_than`` is below the floor
+            (:data:`streams.grants.OUTBOX_PRUNE_FLOOR_DAYS`), or the role may not prune.
+    """
+    with conn.cursor(row_factory=scalar_row) as cur:
+        deleted = cur.execute("SELECT prune_outbox(%s)", (older_than,)).fetchone()
+    return int(deleted or 0)
 
 
 def documents_on_topic(consumer: Consumer, topic: str, timeout_s: float = 60.0) -> dict[str, int]:
@@ -117,27 +137,15 @@ def reconcile(
     """
     seen = documents_on_topic(reader(), topic)
     report = ReconcileReport(events_on_topic=sum(seen.values()))
-    docs = conn.execute(
-        """
-        SELECT 'invoice.issued', invoice_id::text, invoice_number, customer_id FROM invoices
-        UNION ALL
-        SELECT 'credit_note.issued', credit_note_id::text, credit_note_number, customer_id FROM credit_notes
-        """
-    ).fetchall()
+    docs = store.invoices.documents(conn)
     report.documents = len(docs)
-    for event_type, doc_id, number, _customer in docs:
-        if doc_id not in seen:
-            report.missing_events.append((event_type, doc_id, number))
-    unsent = conn.execute(
-        """
-        SELECT i.invoice_id::text, i.invoice_number FROM invoices i
-         WHERE i.total <> 0 AND i.issued_at < now() - %s
-           AND NOT EXISTS (SELECT 1 FROM email_deliveries d
-                            WHERE d.document_id = i.invoice_id AND d.status IN ('sent', 'skipped'))
-        """,
-        (email_grace,),
-    ).fetchall()
-    report.emails_not_sent = [(r[0], r[1]) for r in unsent]
+    for doc in docs:
+        if doc.document_id not in seen:
+            report.missing_events.append((doc.event_type, doc.document_id, doc.number))
+    report.emails_not_sent = [
+        (unsent.invoice_id, unsent.invoice_number)
+        for unsent in store.invoices.invoices_without_email(conn, email_grace)
+    ]
     if republish:
         wanted = {doc_id for _, doc_id, _ in report.missing_events} | {
             doc for doc, _ in report.emails_not_sent
@@ -151,103 +159,108 @@ def reconcile(
 
 
 def _republish(conn: psycopg.Connection[Any], document_id: str, topic: str) -> bool:
-    row = conn.execute(
-        "SELECT aggregateid, type, payload FROM outbox WHERE document_id = %s ORDER BY created_at DESC LIMIT 1",
-        (document_id,),
-    ).fetchone()
-    if row is None:
-        rebuilt = _rebuild_invoice_event(conn, document_id)
-        if rebuilt is None:
+    found = store.invoices.latest_outbox_event(conn, document_id)
+    if found is None:
+        found = _rebuild_invoice_event(conn, document_id)
+        if found is None:
             return False
-        row = rebuilt
-    customer_id, event_type, payload = row
-    now = datetime.now(UTC)
-    conn.execute(
-        """
-        INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, ce_source, ce_time, document_id)
-        VALUES (%s, %s, %s, %s, %s, %s, %s, %s)
-        """,
-        (
-            uuid.uuid4(),
-            topic,
-            customer_id,
-            event_type,
-            json.dumps(payload) if not isinstance(payload, str) else payload,
-            SOURCE,
-            now.isoformat().replace("+00:00", "Z"),
-            document_id,
-        ),
+    payload = found.payload
+    store.invoices.insert_outbox_row(
+        conn,
+        event_id=str(uuid.uuid4()),
+        topic=topic,
+        customer_id=found.customer_id,
+        event_type=found.event_type,
+        payload=json.dumps(payload) if not isinstance(payload, str) else payload,
+        source=SOURCE,
+        time=datetime.now(UTC),
+        document_id=document_id,
     )
     return True
 
 
 def _rebuild_invoice_event(
     conn: psycopg.Connection[Any], invoice_id: str
-) -> tuple[str, str, Any] | None:
+) -> store.invoices.OutboxEvent | None:
     """The ``invoice.issued`` payload of a stored invoice, rebuilt from its rows (after pruning)."""
-    from streams.domain.invoice import TaxedLine, UsageLine, compute_invoice
-    from streams.invoicing import store
-    from streams.invoicing.jobs import invoice_issued
-
-    head = conn.execute(
-        """
-        SELECT customer_id, billing_period, revision, invoice_number, customer_name, email, currency,
-               issued_at, supersedes_invoice_id::text, close_event_id, source_topic, source_partition,
-               close_offset
-          FROM invoices WHERE invoice_id = %s
-        """,
-        (invoice_id,),
-    ).fetchone()
+    head = store.invoices.stored_invoice(conn, invoice_id)
     if head is None:
         return None
-    rows = conn.execute(
-        """
-        SELECT event_id, amount, quantity, unit, description, sku_id, region_id, tax_code, tax_rate, tax,
-               source_topic, source_partition, source_offset
-          FROM invoice_lines WHERE invoice_id = %s ORDER BY line_no
-        """,
-        (invoice_id,),
-    ).fetchall()
-    currency = head[6].strip()
+    stored = store.invoices.stored_invoice_lines(conn, invoice_id)
+    currency = head.currency
     lines = [
         UsageLine(
-            event_id=r[0],
-            customer_id=head[0],
-            billing_period=head[1],
-            amount=r[1],
+            event_id=line.event_id,
+            customer_id=head.customer_id,
+            billing_period=head.billing_period,
+            amount=line.amount,
             currency=currency,
-            quantity=r[2],
-            unit=r[3],
-            description=r[4],
-            sku_id=r[5],
-            region_id=r[6],
+            quantity=line.quantity,
+            unit=line.unit,
+            description=line.description,
+            sku_id=line.sku_id,
+            region_id=line.region_id,
             charge_category=None,
-            event_time=head[7],
-            source_topic=r[10],
-            source_partition=r[11],
-            source_offset=r[12],
+            event_time=head.issued_at,
+            source_topic=line.source_topic,
+            source_partition=line.source_partition,
+            source_offset=line.source_offset,
         )
-        for r in rows
+        for line in stored
     ]
-    taxed = [TaxedLine(line_id=r[0], tax_code=r[7], rate=r[8], tax=r[9]) for r in rows]
-    totals = compute_invoice(lines, taxed, currency=currency)
-    marker = store.CloseMarker(
-        head[9],
-        head[0],
-        head[1],
+    taxed = [
+        TaxedLine(line_id=line.event_id, tax_code=line.tax_code, rate=line.tax_rate, tax=line.tax)
+        for line in stored
+    ]
+    rating = store.invoices.stored_rating(conn, invoice_id)
+    if rating is None:
+        totals = compute_invoice(lines, taxed, currency=currency)
+    else:  # a rated invoice: its charge lines and rating summary too
+        charges = store.invoices.stored_charges(conn, invoice_id)
+        taxed += [
+            TaxedLine(line_id=c.detail.line_id, tax_code=c.tax_code, rate=c.tax_rate, tax=c.tax)
+            for c in charges
+        ]
+        first, last = store.invoices.stored_offsets(conn, invoice_id)
+        summaries = tuple(c.detail for c in charges)
+        priced = PricedInvoice(
+            currency=currency,
+            lines=tuple(lines),
+            subtotal=round_money(rating.exact_total, currency),
+            largest_lines=largest_lines(summaries, lines),
+            source=()
+            if first is None or last is None
+            else (
+                SourceRange(
+                    topic=head.source_topic,
+                    partition=head.source_partition,
+                    first_offset=first,
+                    last_offset=last,
+                ),
+            ),
+            charges=summaries,
+            rating=rating,
+        )
+        totals = apply_tax(priced, taxed)
+    marker = rows.CloseMarker(
+        head.close_event_id,
+        head.customer_id,
+        head.billing_period,
         "period_closed",
-        store.SourceCoordinates(head[10], head[11], head[12]),
+        rows.SourceCoordinates(head.source_topic, head.source_partition, head.close_offset),
     )
-    draft = store.InvoiceDraft(
+    draft = rows.InvoiceDraft(
         invoice_id=invoice_id,
-        revision=head[2],
-        customer=store.Customer(head[0], head[4], head[5], currency),
-        billing_period=head[1],
+        revision=head.revision,
+        customer=rows.Customer(head.customer_id, head.customer_name, head.email, currency),
+        billing_period=head.billing_period,
         totals=totals,
         lines=tuple(lines),
         taxed=tuple(taxed),
         marker=marker,
-        supersedes_invoice_id=head[8],
+        supersedes_invoice_id=head.supersedes_invoice_id,
     )
-    event = invoice_issued(draft, head[3], head[7])
-    return head[0], event.event_type, event.model_dump(mode="json")
+    event = invoice_issued(draft, head.invoice_number, head.issued_at)
+    return store.invoices.OutboxEvent(
+        head.customer_id, event.event_type, event.model_dump(mode="json")
+    )

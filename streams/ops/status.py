@@ -1,6 +1,7 @@
 """``invoicing status``: one view of what the pipeline is doing and what needs an operator.
 
-Reads PostgreSQL (invoices, emails, holds, fences, late usage, outbox), Kafka
+Reads PostgreSQL (invoices, emails, holds — a dead-lettered record's or a rating
+gap's, late usage and late metered usage, fences, outbox), Kafka
 (consumer-group lag, dead-letter topic size) and Connect (the outbox
 connector's state). Each part degrades to "unavailable: <reason>" rather than
 failing the whole view.
@@ -18,6 +19,7 @@ from typing import Any
 
 import psycopg
 from confluent_kafka import Consumer, KafkaException, TopicPartition
+from psycopg.rows import dict_row
 
 from streams.settings import Settings
 from streams.topics import ACCOUNT_EVENTS, ACCOUNT_EVENTS_DLQ, INVOICES, INVOICES_DLQ
@@ -31,7 +33,7 @@ class StatusSources:
     """Where the status view reads from; each call opens something the view closes.
 
     Attributes:
-        database: a new autocommit connection of the application role (5 s connect timeout).
+        database: a new autocommit connection of the read-only operator role (5 s connect timeout).
         consumer: group id → a consumer that reads that group's committed offsets
             and the watermarks, and never joins or commits
             (:func:`streams.adapters.kafka.make_reader`).
@@ -51,6 +53,8 @@ class StatusView:
     periods: list[dict[str, Any]] = field(default_factory=list)
     holds: list[dict[str, Any]] = field(default_factory=list)
     late_usage: list[dict[str, Any]] = field(default_factory=list)
+    #: metered events read after the close point of an issued revision (per customer, period)
+    late_metered: list[dict[str, Any]] = field(default_factory=list)
     fences: list[dict[str, Any]] = field(default_factory=list)
     lag: dict[str, Any] = field(default_factory=dict)
     dead_letters: int | str = 0
@@ -65,8 +69,9 @@ def late_usage_summary(
     conn: psycopg.Connection[Any], period: str | None = None
 ) -> list[dict[str, Any]]:
     """Late usage per (customer, period): lines stored for an invoiced period that its
-    issued revision lacks (:func:`streams.replay.late_usage`); the next replay --apply invoices them."""
-    from streams.replay import late_usage
+    issued revision lacks (:func:`streams.billing.store.usage.late_usage`); the next replay
+    --apply invoices them."""
+    from streams.billing.store.usage import late_usage
 
     groups: dict[tuple[str, str], dict[str, Any]] = {}
     for line in late_usage(conn, period):
@@ -87,11 +92,34 @@ def late_usage_summary(
     return list(groups.values())
 
 
+def late_metered_summary(
+    conn: psycopg.Connection[Any], period: str | None = None
+) -> list[dict[str, Any]]:
+    """Late metered usage per (customer, period): ``usage.metered`` events read after the
+    close point of the issued revision (:func:`streams.billing.store.metering.late_metered`);
+    the next replay --apply rates them."""
+    from streams.billing.store.metering import late_metered
+
+    return [
+        {
+            "customer_id": row.customer_id,
+            "billing_period": row.billing_period,
+            "invoice": row.invoice_number,
+            "metered_events": row.events,
+        }
+        for row in late_metered(conn, period)
+    ]
+
+
 def _periods(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
     rows = conn.execute(
         """
-        WITH u AS (SELECT billing_period, count(*) AS lines, count(DISTINCT customer_id) AS customers
-                     FROM usage_lines GROUP BY billing_period),
+        WITH u AS (SELECT billing_period, count(*) AS lines FROM usage_lines GROUP BY billing_period),
+             m AS (SELECT billing_period, count(*) AS events FROM metered_usage GROUP BY billing_period),
+             k AS (SELECT billing_period, count(DISTINCT customer_id) AS customers
+                     FROM (SELECT billing_period, customer_id FROM usage_lines
+                           UNION ALL SELECT billing_period, customer_id FROM metered_usage) b
+                    GROUP BY billing_period),
              i AS (SELECT billing_period,
                           count(*) FILTER (WHERE status = 'issued') AS issued,
                           count(*) FILTER (WHERE status = 'superseded') AS superseded,
@@ -104,11 +132,13 @@ def _periods(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
                           count(*) FILTER (WHERE d.status = 'sending') AS sending
                      FROM email_deliveries d JOIN invoices i ON i.invoice_id = d.document_id
                     GROUP BY i.billing_period)
-        SELECT p.billing_period, coalesce(u.customers, 0), coalesce(u.lines, 0), coalesce(i.issued, 0),
-               coalesce(i.superseded, 0), coalesce(c.credit_notes, 0), coalesce(i.total, 0),
-               coalesce(e.sent, 0), coalesce(e.skipped, 0), coalesce(e.sending, 0)
-          FROM (SELECT billing_period FROM u UNION SELECT billing_period FROM i) p
-          LEFT JOIN u USING (billing_period) LEFT JOIN i USING (billing_period)
+        SELECT p.billing_period, coalesce(k.customers, 0), coalesce(u.lines, 0), coalesce(m.events, 0),
+               coalesce(i.issued, 0), coalesce(i.superseded, 0), coalesce(c.credit_notes, 0),
+               coalesce(i.total, 0), coalesce(e.sent, 0), coalesce(e.skipped, 0), coalesce(e.sending, 0)
+          FROM (SELECT billing_period FROM u UNION SELECT billing_period FROM m
+                UNION SELECT billing_period FROM i) p
+          LEFT JOIN u USING (billing_period) LEFT JOIN m USING (billing_period)
+          LEFT JOIN k USING (billing_period) LEFT JOIN i USING (billing_period)
           LEFT JOIN c USING (billing_period) LEFT JOIN e USING (billing_period)
          ORDER BY 1
         """
@@ -117,6 +147,7 @@ def _periods(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
         "period",
         "customers",
         "usage_lines",
+        "metered_events",
         "invoices",
         "superseded",
         "credit_notes",
@@ -126,6 +157,49 @@ def _periods(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
         "emails_in_flight",
     )
     return [dict(zip(keys, r, strict=True)) for r in rows]
+
+
+def _open_holds(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
+    with conn.cursor(row_factory=dict_row) as cur:
+        return [
+            {
+                **hold,
+                "billing_period": hold["billing_period"] or "*",
+                "reason": hold["reason"][:120],
+            }
+            for hold in cur.execute(
+                "SELECT hold_id AS hold, customer_id, billing_period, reason, created_at AS since "
+                "FROM invoice_holds WHERE released_at IS NULL ORDER BY hold_id"
+            )
+        ]
+
+
+def _fences(conn: psycopg.Connection[Any]) -> list[dict[str, Any]]:
+    with conn.cursor(row_factory=dict_row) as cur:
+        return [
+            {
+                "group": fence["group"],
+                "topic": fence["topic"],
+                "partitions": fence["partitions"],
+                "generations": f"{fence['lowest']}..{fence['highest']}",
+                "members": fence["members"],
+                "updated": fence["updated"],
+            }
+            for fence in cur.execute(
+                'SELECT group_id AS "group", topic, count(*) AS partitions, '
+                "min(generation) AS lowest, max(generation) AS highest, "
+                "count(DISTINCT member_id) AS members, max(updated_at) AS updated "
+                "FROM partition_fences GROUP BY 1, 2 ORDER BY 1, 2"
+            )
+        ]
+
+
+def _outbox(conn: psycopg.Connection[Any]) -> dict[str, Any]:
+    with conn.cursor(row_factory=dict_row) as cur:
+        found = cur.execute(
+            "SELECT count(*) AS rows, min(created_at) AS oldest FROM outbox"
+        ).fetchone()
+    return found if found is not None else {"rows": 0, "oldest": None}
 
 
 def group_lag(consumer: Consumer, topic: str) -> int:
@@ -178,36 +252,11 @@ def collect(settings: Settings, sources: StatusSources) -> StatusView:
     try:
         with sources.database() as conn:
             view.periods = _periods(conn)
-            view.holds = [
-                {
-                    "hold": r[0],
-                    "customer_id": r[1],
-                    "billing_period": r[2] or "*",
-                    "reason": r[3][:120],
-                    "since": r[4],
-                }
-                for r in conn.execute(
-                    "SELECT hold_id, customer_id, billing_period, reason, created_at FROM invoice_holds "
-                    "WHERE released_at IS NULL ORDER BY hold_id"
-                )
-            ]
+            view.holds = _open_holds(conn)
             view.late_usage = late_usage_summary(conn)
-            view.fences = [
-                {
-                    "group": r[0],
-                    "topic": r[1],
-                    "partitions": r[2],
-                    "generations": f"{r[3]}..{r[4]}",
-                    "members": r[5],
-                    "updated": r[6],
-                }
-                for r in conn.execute(
-                    "SELECT group_id, topic, count(*), min(generation), max(generation), "
-                    "count(DISTINCT member_id), max(updated_at) FROM partition_fences GROUP BY 1, 2 ORDER BY 1, 2"
-                )
-            ]
-            row = conn.execute("SELECT count(*), min(created_at) FROM outbox").fetchone()
-            view.outbox = {"rows": row[0] if row else 0, "oldest": row[1] if row else None}
+            view.late_metered = late_metered_summary(conn)
+            view.fences = _fences(conn)
+            view.outbox = _outbox(conn)
     except psycopg.Error as exc:
         view.problems.append(f"database unavailable: {exc}")
     try:
@@ -239,6 +288,10 @@ def collect(settings: Settings, sources: StatusSources) -> StatusView:
     if view.late_usage:
         view.problems.append(
             f"{len(view.late_usage)} (customer, period) with late usage: run replay"
+        )
+    if view.late_metered:
+        view.problems.append(
+            f"{len(view.late_metered)} (customer, period) with late metered usage: run replay"
         )
     if isinstance(view.dead_letters, int) and view.dead_letters:
         view.problems.append(f"{view.dead_letters} record(s) in the dead-letter topic")

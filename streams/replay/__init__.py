@@ -3,47 +3,52 @@ differences from what was issued, and correct them with credit notes and new rev
 
 Public API::
 
-    replay_period(period, settings, *, mode: Mode, margin=DEFAULT_MARGIN, pool=None,
-                  redis_conn=None, tax=None, progress=True, holder=None, lease_ttl_s=30.0,
-                  lease_key_prefix=DEFAULT_KEY_PREFIX, on_step=None) -> ReplayReport
-    late_usage(conn, period=None) -> list[LateUsage]
+    replay_period(period, settings, clients: ReplayClients, *, mode: Mode,
+                  margin=DEFAULT_MARGIN, progress=True, holder=None, lease_ttl_s=30.0,
+                  lease_key_prefix=DEFAULT_KEY_PREFIX, on_step=None,
+                  candidate: CandidateBook | None = None) -> ReplayReport
     lease_name_for(period, settings) -> str      # "<topic prefix>replay:<period>"
 
-Modules: :mod:`~streams.replay.runner` (the run), :mod:`~streams.replay.reader`
-(the Kafka re-read), :mod:`~streams.replay.rebuild` and :mod:`~streams.replay.diff`
-(pure), :mod:`~streams.replay.store` (SQL), :mod:`~streams.replay.cli` (the command),
-:mod:`~streams.replay.errors`. Decisions: docs/replay.md.
+The clients (pool, Redis, tax service, a consumer factory) come from the caller;
+:func:`streams.bootstrap.replay_period` builds them from settings.
+
+Modules: :mod:`~streams.replay.run` (the run: lease, run state, re-read, finish),
+:mod:`~streams.replay.apply` (compare and correct one customer, through the billing
+kernel's issuance), :mod:`~streams.replay.report` (outcomes and the JSON report),
+:mod:`~streams.replay.progress` (progress bars), :mod:`~streams.replay.reader` (the
+Kafka re-read), :mod:`~streams.replay.rebuild` and :mod:`~streams.replay.diff` (pure),
+:mod:`~streams.replay.store` (the run state's SQL), :mod:`~streams.replay.errors`; the
+command is :mod:`streams.replay_cli`. Decisions: docs/replay.md.
 """
 
+from streams.replay.apply import StepHook
 from streams.replay.errors import (
     ReplayAborted,
     ReplayError,
     ReplayStateError,
     ReplayUnavailable,
 )
-from streams.replay.runner import (
+from streams.replay.report import CustomerOutcome, Mode, ReplayReport
+from streams.replay.run import (
     DEFAULT_MARGIN,
-    CustomerOutcome,
-    Mode,
-    ReplayReport,
-    StepHook,
+    CandidateBook,
+    ReplayClients,
     lease_name_for,
     replay_period,
 )
-from streams.replay.store import LateUsage, late_usage
 
 __all__ = [
     "DEFAULT_MARGIN",
+    "CandidateBook",
     "CustomerOutcome",
-    "LateUsage",
     "Mode",
     "ReplayAborted",
+    "ReplayClients",
     "ReplayError",
     "ReplayReport",
     "ReplayStateError",
     "ReplayUnavailable",
     "StepHook",
-    "late_usage",
     "lease_name_for",
     "replay_period",
 ]

@@ -10,7 +10,10 @@ A **difference** is any of (docs/replay.md "What counts as a difference"):
 * ``invoiced_not_in_usage`` — invoice lines whose event the re-read did not
   find although their offset lies inside the re-read window;
 * ``amount_changed`` — the same event id with another amount (a conflict the
-  invoice resolved otherwise);
+  invoice resolved otherwise, or another plan markup);
+* ``charges_changed`` — a rated invoice's charge lines (by their deterministic
+  line id) added, removed or with another amount: another plan version, more or
+  fewer metered events, another price (shadow re-rating under a candidate book);
 * changed totals — subtotal, tax total or total of the recomputed invoice
   differ from the issued one (e.g. a tax rate changed).
 
@@ -29,6 +32,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Literal
 
+from streams.domain.events import ChargeSummary
 from streams.domain.invoice import InvoiceTotals, UsageLine
 
 DiffKind = Literal["missing_invoice", "changed"]
@@ -60,6 +64,16 @@ class IssuedInvoice:
     source_partition: int
     close_offset: int
     lines: tuple[IssuedLine, ...]
+    charges: tuple[IssuedCharge, ...] = ()
+
+
+@dataclass(frozen=True)
+class IssuedCharge:
+    """One rated charge line of the issued revision (``invoice_charges``)."""
+
+    line_id: str
+    description: str
+    amount: Decimal
 
 
 @dataclass(frozen=True)
@@ -100,6 +114,30 @@ class AmountChange:
 
 
 @dataclass(frozen=True)
+class ChargeChange:
+    """A charge line whose amount differs: ``issued`` None = a new line, ``rebuilt``
+    None = a line the recomputation no longer has; ``delta`` = rebuilt - issued."""
+
+    line_id: str
+    description: str
+    issued: Decimal | None
+    rebuilt: Decimal | None
+
+    @property
+    def delta(self) -> Decimal:
+        return (self.rebuilt or Decimal(0)) - (self.issued or Decimal(0))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "line_id": self.line_id,
+            "description": self.description,
+            "issued": None if self.issued is None else str(self.issued),
+            "rebuilt": None if self.rebuilt is None else str(self.rebuilt),
+            "delta": str(self.delta),
+        }
+
+
+@dataclass(frozen=True)
 class Figures:
     """The totals an invoice states (currency units; ``subtotal`` and tax rounded once)."""
 
@@ -135,6 +173,7 @@ class CustomerDiff:
     invoiced_not_in_usage: tuple[LineRef, ...]
     amount_changed: tuple[AmountChange, ...]
     outside_window: tuple[LineRef, ...]
+    charges_changed: tuple[ChargeChange, ...] = ()
 
     @property
     def issued_figures(self) -> Figures | None:
@@ -155,7 +194,12 @@ class CustomerDiff:
 
     @property
     def lines_changed(self) -> bool:
-        return bool(self.usage_not_invoiced or self.invoiced_not_in_usage or self.amount_changed)
+        return bool(
+            self.usage_not_invoiced
+            or self.invoiced_not_in_usage
+            or self.amount_changed
+            or self.charges_changed
+        )
 
     @property
     def has_difference(self) -> bool:
@@ -189,6 +233,8 @@ class CustomerDiff:
             parts.append(f"{len(self.invoiced_not_in_usage)} invoiced line(s) absent from usage")
         if self.amount_changed:
             parts.append(f"{len(self.amount_changed)} line amount(s) changed")
+        if self.charges_changed:
+            parts.append(f"{len(self.charges_changed)} charge line(s) changed")
         if not parts and self.totals_changed:
             parts.append("totals changed")
         return "; ".join(parts)
@@ -220,17 +266,53 @@ class CustomerDiff:
                 for c in self.amount_changed
             ],
             "outside_window": [line.to_json() for line in self.outside_window],
+            "charges_changed": [change.to_json() for change in self.charges_changed],
             "reason": self.reason(),
         }
 
 
-def lines_differ(issued: IssuedInvoice | None, lines: Sequence[UsageLine]) -> bool:
-    """Whether the rebuilt lines are another set (ids or amounts) than the issued revision's."""
+def lines_differ(
+    issued: IssuedInvoice | None,
+    lines: Sequence[UsageLine],
+    charges: Sequence[ChargeSummary] = (),
+) -> bool:
+    """Whether the rebuilt lines (and charge lines) are another set (ids or amounts) than
+    the issued revision's."""
     if issued is None:
         return True
     stored = {line.event_id: line.amount for line in issued.lines}
     rebuilt = {line.event_id: line.amount for line in lines}
-    return stored != rebuilt
+    stored_charges = {charge.line_id: charge.amount for charge in issued.charges}
+    rebuilt_charges = {charge.line_id: charge.amount for charge in charges}
+    return stored != rebuilt or stored_charges != rebuilt_charges
+
+
+def charge_changes(
+    issued: IssuedInvoice | None, charges: Sequence[ChargeSummary]
+) -> tuple[ChargeChange, ...]:
+    """Charge lines added, removed or re-priced, in the recomputed order then the
+    issued lines that are gone. None issued: no change is listed (a missing invoice
+    is a difference by itself)."""
+    if issued is None:
+        return ()
+    before = {charge.line_id: charge for charge in issued.charges}
+    after = {charge.line_id: charge for charge in charges}
+    changes = [
+        ChargeChange(
+            charge.line_id,
+            charge.description,
+            before[charge.line_id].amount if charge.line_id in before else None,
+            charge.amount,
+        )
+        for charge in charges
+        if charge.line_id not in before or before[charge.line_id].amount != charge.amount
+    ]
+    changes += [
+        ChargeChange(line_id, charge.description, charge.amount, None)
+        for line_id, charge in before.items()
+        if line_id not in after
+    ]
+    return tuple(changes)
 
 
 def compare(
@@ -248,7 +330,8 @@ def compare(
     Args:
         issued: the issued revision (None: no issued invoice).
         lines: the customer's rebuilt usage of the period (distinct event ids).
-        totals: :func:`~streams.domain.invoice.compute_invoice` of ``lines``.
+        totals: the recomputed invoice's totals (of ``lines`` and, rated, its charges:
+            ``totals.charges``).
         window: partition → (start offset, end offset) of the re-read (end exclusive).
         stored_event_ids: the event ids of the period present in ``usage_lines``.
     """
@@ -298,4 +381,5 @@ def compare(
         invoiced_not_in_usage=tuple(absent),
         amount_changed=changed,
         outside_window=tuple(outside),
+        charges_changed=charge_changes(issued, totals.charges),
     )

@@ -13,7 +13,7 @@ The lease errors (:class:`streams.adapters.lease.LeaseBusy`,
 :class:`~streams.adapters.lease.LeaseUnavailable`) propagate unchanged before
 anything is read or written, as in ``close-period``; the CLI maps them to exit
 codes. Per-customer failures (tax service, invoice rules) do not raise: they
-are results of the run (see :class:`streams.replay.runner.CustomerOutcome`).
+are results of the run (see :class:`streams.replay.report.CustomerOutcome`).
 """
 
 from __future__ import annotations

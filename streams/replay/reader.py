@@ -9,7 +9,8 @@
 * **Read** (:func:`read_window`): a consumer of group ``<prefix>replay-<period>-<run id>``
   that joins no group (``assign`` at the start offsets, i.e. seek), with
   auto-commit off. Every second, and at the end, it commits the next offsets
-  it will read, so the group's committed offsets (and its lag against the end
+  it will read (through the kernel's :class:`~streams.billing.commit.CommitPoint`;
+  nothing is written to the database for them, so there is no step 1), so the group's committed offsets (and its lag against the end
   offsets, e.g. ``kafka-consumer-groups --describe``) show the run's progress.
   A resumed run re-reads from the stored start offsets (the rebuilt usage is
   held in memory, not stored), and its commits move the same group again.
@@ -33,10 +34,10 @@ from datetime import datetime
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
-from rich.progress import Progress, ProgressColumn, Task
-from rich.text import Text
+from rich.progress import Progress
 
 from streams.adapters.kafka import Record, record_of
+from streams.billing.commit import CommitPoint
 from streams.replay.errors import ReplayUnavailable
 
 logger = logging.getLogger(__name__)
@@ -92,17 +93,6 @@ class ReadStats:
     @property
     def per_second(self) -> float:
         return self.records / self.seconds if self.seconds > 0 else 0.0
-
-
-class EventsPerSecond(ProgressColumn):
-    """A rich progress column: the task's rate per second, in ``task.fields["unit"]``
-    (default ``"events"``)."""
-
-    def render(self, task: Task) -> Text:
-        speed = task.finished_speed or task.speed
-        unit = str(task.fields.get("unit", "events"))
-        text = f"{speed:,.0f} {unit}/s" if speed else f"- {unit}/s"
-        return Text(text, style="progress.data.speed")
 
 
 def plan_window(consumer: Consumer, topic: str, since: datetime) -> Window:
@@ -163,6 +153,7 @@ def read_window(
         return ReadStats(0, 0.0)
     consumer.assign([TopicPartition(topic, p, window.start[p]) for p in sorted(pending)])
     positions = {p: window.start[p] for p in pending}
+    commits = CommitPoint(consumer, consequence="progress only: nothing to redo", counted=False)
     records = 0
     last_progress = last_commit = time.monotonic()
     try:
@@ -200,9 +191,9 @@ def read_window(
                 if progress is not None and task is not None:
                     progress.advance(task, read)
             if now - last_commit >= COMMIT_EVERY_S:
-                _commit(consumer, topic, positions, asynchronous=True)
+                _commit(commits, topic, positions, asynchronous=True)
                 last_commit = now
-        _commit(consumer, topic, positions, asynchronous=False)
+        _commit(commits, topic, positions, asynchronous=False)
     finally:
         if progress is not None and task is not None:
             progress.update(task, completed=window.total)
@@ -210,14 +201,10 @@ def read_window(
 
 
 def _commit(
-    consumer: Consumer, topic: str, positions: dict[int, int], *, asynchronous: bool
+    commits: CommitPoint, topic: str, positions: dict[int, int], *, asynchronous: bool
 ) -> None:
     """Record progress in the replay's group; a failure is logged, never fatal (progress only)."""
-    offsets = [TopicPartition(topic, p, o) for p, o in sorted(positions.items())]
-    try:
-        if asynchronous:
-            consumer.commit(offsets=offsets, asynchronous=True)
-        else:
-            consumer.commit(offsets=offsets, asynchronous=False)
-    except KafkaException as exc:
-        logger.warning("replay: committing progress offsets of %s failed: %s", topic, exc)
+    commits.commit(
+        [TopicPartition(topic, p, o) for p, o in sorted(positions.items())],
+        asynchronous=asynchronous,
+    )

@@ -11,12 +11,18 @@ worker would have stored, by the worker's rules:
   by their customer, the lowest partition number, so the result does not depend
   on the order the partitions were consumed in. A later record of the id with
   the **same payload** (SHA-256 of its canonical JSON,
-  :func:`streams.invoicing.store.payload_hash`, the worker's test) is a
+  :func:`streams.billing.rows.payload_hash`, the worker's test) is a
   duplicate and is dropped silently; one with a **different payload** is a
   :class:`Conflict` (reported; the first stays, as in the worker, which also
   dead-letters it and holds the customer's invoice).
 * ``customer.upserted``: the record with the highest (partition, offset) per
   customer wins (the worker never lets an older record overwrite a newer one).
+* ``usage.metered``: deduplicated by event id across every period, by the same
+  rules (the worker's ``metered_usage`` has one row per id); the events whose
+  event time is in the period are rated (:meth:`PeriodRebuild.metered_by_customer`).
+* ``subscription.*``: every one in the window, deduplicated by event id (same
+  rules); the replay adds the customer's stored history from before the window
+  (:meth:`PeriodRebuild.subscriptions`).
 * ``billing_period.closed`` of the period: the customer's period was closed
   (any reason); the first marker's coordinates are kept.
 * A record that does not decode is counted with its reason (the worker
@@ -33,15 +39,22 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from streams.billing.rows import payload_hash
 from streams.domain.events import (
     BillingPeriodClosed,
     CustomerUpserted,
     Envelope,
+    EventData,
+    SubscriptionChanged,
+    SubscriptionEnded,
+    SubscriptionEvent,
+    SubscriptionStarted,
+    UsageMetered,
     UsageRecorded,
 )
 from streams.domain.invoice import UsageLine
 from streams.domain.periods import BillingPeriod
-from streams.invoicing.store import payload_hash
+from streams.domain.rating import MeteredEvent
 
 
 @dataclass(frozen=True, order=True)
@@ -88,6 +101,16 @@ class _Kept:
     data: UsageRecorded | None
 
 
+@dataclass
+class _KeptEvent:
+    at: Coordinates
+    sha256: str
+    customer_id: str
+    #: the billing period of a metered event; None for a subscription event
+    period: str | None
+    data: EventData
+
+
 class PeriodRebuild:
     """The usage, customers and close markers of one period, rebuilt from re-read records.
 
@@ -98,6 +121,9 @@ class PeriodRebuild:
     def __init__(self, period: str) -> None:
         self.period = str(BillingPeriod.parse(period))
         self._usage: dict[str, _Kept] = {}
+        #: metered and subscription events: event id → (where, sha256, customer, period, data)
+        self._metered: dict[str, _KeptEvent] = {}
+        self._subscriptions: dict[str, _KeptEvent] = {}
         self._customers: dict[str, tuple[Coordinates, CustomerUpserted]] = {}
         self._closed: dict[str, Coordinates] = {}
         self.conflicts: list[Conflict] = []
@@ -115,6 +141,11 @@ class PeriodRebuild:
         data = envelope.data
         if isinstance(data, UsageRecorded):
             self._add_usage(envelope.id, data, at)
+        elif isinstance(data, UsageMetered):
+            period = str(BillingPeriod.of(data.event_time))
+            self._add_event(self._metered, envelope.id, data, period, at)
+        elif isinstance(data, SubscriptionStarted | SubscriptionChanged | SubscriptionEnded):
+            self._add_event(self._subscriptions, envelope.id, data, None, at)
         elif isinstance(data, CustomerUpserted):
             current = self._customers.get(data.customer_id)
             if current is None or current[0] < at:
@@ -161,7 +192,82 @@ class PeriodRebuild:
                 )
             )
 
+    def _add_event(
+        self,
+        kept_by_id: dict[str, _KeptEvent],
+        event_id: str,
+        data: UsageMetered | SubscriptionEvent,
+        period: str | None,
+        at: Coordinates,
+    ) -> None:
+        """The usage rule for metered and subscription events: first record of an id wins,
+        a later same payload is a duplicate, another payload a conflict (reported when it
+        concerns the period: a metered event of it, or any subscription event)."""
+        new = _KeptEvent(at, payload_hash(data), data.customer_id, period, data)
+        kept = kept_by_id.get(event_id)
+        if kept is None:
+            kept_by_id[event_id] = new
+            return
+        first, later = (new, kept) if at < kept.at else (kept, new)
+        kept_by_id[event_id] = first
+        if first.sha256 == later.sha256:
+            self.duplicates += 1
+            return
+        if period is None or self.period in (first.period, later.period):
+            self.conflicts.append(
+                Conflict(
+                    event_id=event_id,
+                    customer_id=later.customer_id,
+                    billing_period=later.period or self.period,
+                    kept=first.at,
+                    dropped=later.at,
+                    kept_sha256=first.sha256,
+                    dropped_sha256=later.sha256,
+                )
+            )
+
     # ------------------------------------------------------------------ results
+
+    def metered_by_customer(self) -> dict[str, list[tuple[MeteredEvent, Coordinates]]]:
+        """Customer → its distinct metered events of the period and where each was read,
+        sorted by (partition, offset)."""
+        result: dict[str, list[tuple[MeteredEvent, Coordinates]]] = defaultdict(list)
+        for event_id, kept in self._metered.items():
+            if kept.period != self.period or not isinstance(kept.data, UsageMetered):
+                continue
+            result[kept.customer_id].append((MeteredEvent.of(event_id, kept.data), kept.at))
+        return {
+            customer: sorted(pairs, key=lambda pair: pair[1])
+            for customer, pairs in sorted(result.items())
+        }
+
+    def metered_record(self, event_id: str) -> tuple[UsageMetered, Coordinates] | None:
+        """The kept ``usage.metered`` data of ``event_id`` and where it was read."""
+        kept = self._metered.get(event_id)
+        if kept is None or not isinstance(kept.data, UsageMetered):
+            return None
+        return kept.data, kept.at
+
+    @property
+    def metered_events(self) -> int:
+        """Distinct metered events of the period."""
+        return sum(1 for kept in self._metered.values() if kept.period == self.period)
+
+    def subscriptions(self, customer_id: str) -> list[tuple[str, SubscriptionEvent, Coordinates]]:
+        """The customer's distinct subscription events in the window: (event id, data,
+        where), sorted by (partition, offset)."""
+        found = [
+            (event_id, kept.data, kept.at)
+            for event_id, kept in self._subscriptions.items()
+            if kept.customer_id == customer_id
+            and isinstance(kept.data, SubscriptionStarted | SubscriptionChanged | SubscriptionEnded)
+        ]
+        return sorted(found, key=lambda item: item[2])
+
+    @property
+    def subscribed_customers(self) -> frozenset[str]:
+        """Customers with a subscription event in the window."""
+        return frozenset(kept.customer_id for kept in self._subscriptions.values())
 
     def usage_by_customer(self) -> dict[str, list[UsageLine]]:
         """Customer → its distinct usage lines of the period, sorted by (partition, offset)."""

@@ -1,11 +1,12 @@
-"""PostgreSQL statements of the replay (psycopg 3): run state, issued invoices, credit notes,
-late usage.
+"""The replay's own PostgreSQL statements (psycopg 3): its run state (``replay_runs``,
+``replay_results``) and its read of the issued state it compares against.
 
 Every function takes an open connection and runs inside the caller's
 transaction; the apply's write transactions start with the lease's fence check
-(:meth:`streams.adapters.lease.Lease.check_fence`). Invoice rows, their lines,
-numbers and outbox rows are written with :mod:`streams.invoicing.store` (the
-worker's statements), so both writers use the same unique keys.
+(:mod:`streams.billing.fencing`). Invoices, credit notes, their lines, numbers,
+outbox rows, holds and usage are read and written with the billing kernel's
+stores (:mod:`streams.billing.store`), the statements the worker uses, so both
+writers use the same unique keys.
 
 Shapes: money is ``Decimal`` in the currency's units (``NUMERIC``), periods are
 ``YYYY-MM`` text, times are UTC ``timestamptz``, offsets JSON objects
@@ -24,8 +25,7 @@ import psycopg
 from psycopg.rows import class_row
 from psycopg.types.json import Jsonb
 
-from streams.invoicing import store
-from streams.replay.diff import IssuedInvoice, IssuedLine
+from streams.replay.diff import IssuedCharge, IssuedInvoice, IssuedLine
 
 # --------------------------------------------------------------------------- run state
 
@@ -212,6 +212,38 @@ def results(conn: psycopg.Connection[Any], run_id: str) -> dict[str, ResultRow]:
 # --------------------------------------------------------------------------- issued state
 
 
+@dataclass(frozen=True)
+class _IssuedHead:
+    invoice_id: str
+    invoice_number: str
+    revision: int
+    customer_id: str
+    currency: str
+    subtotal: Decimal
+    tax_total: Decimal
+    total: Decimal
+    line_count: int
+    source_partition: int
+    close_offset: int
+
+
+@dataclass(frozen=True)
+class _IssuedLineRow:
+    invoice_id: str
+    event_id: str
+    amount: Decimal
+    source_partition: int
+    source_offset: int
+
+
+@dataclass(frozen=True)
+class _IssuedChargeRow:
+    invoice_id: str
+    line_id: str
+    description: str
+    amount: Decimal
+
+
 def issued_invoices(
     conn: psycopg.Connection[Any],
     billing_period: str,
@@ -219,247 +251,66 @@ def issued_invoices(
     customer_id: str | None = None,
 ) -> dict[str, IssuedInvoice]:
     """customer → the issued revision of ``billing_period`` built from ``topic``, with its
-    lines (only ``customer_id``'s when given)."""
+    lines and charge lines (only ``customer_id``'s when given): the replay's comparison model
+    (:class:`streams.replay.diff.IssuedInvoice`)."""
     params = {"period": billing_period, "topic": topic, "customer": customer_id}
-    heads = conn.execute(
-        """
-        SELECT invoice_id::text, invoice_number, revision, customer_id, currency, subtotal,
-               tax_total, total, line_count, source_partition, close_offset
-          FROM invoices
-         WHERE billing_period = %(period)s AND status = 'issued' AND source_topic = %(topic)s
-           AND (%(customer)s::text IS NULL OR customer_id = %(customer)s::text)
-        """,
-        params,
-    ).fetchall()
-    lines: dict[str, list[IssuedLine]] = defaultdict(list)
-    for invoice_id, event_id, amount, partition, offset in conn.execute(
-        """
-        SELECT l.invoice_id::text, l.event_id, l.amount, l.source_partition, l.source_offset
-          FROM invoice_lines l JOIN invoices i ON i.invoice_id = l.invoice_id
-         WHERE i.billing_period = %(period)s AND i.status = 'issued' AND i.source_topic = %(topic)s
-           AND (%(customer)s::text IS NULL OR i.customer_id = %(customer)s::text)
-         ORDER BY l.invoice_id, l.line_no
-        """,
-        params,
-    ):
-        lines[invoice_id].append(IssuedLine(event_id, amount, partition, offset))
-    return {
-        row[3]: IssuedInvoice(
-            invoice_id=row[0],
-            invoice_number=row[1],
-            revision=row[2],
-            customer_id=row[3],
-            currency=row[4].strip(),
-            subtotal=row[5],
-            tax_total=row[6],
-            total=row[7],
-            line_count=row[8],
-            source_partition=row[9],
-            close_offset=row[10],
-            lines=tuple(lines.get(row[0], ())),
-        )
-        for row in heads
-    }
-
-
-def revisions(conn: psycopg.Connection[Any], billing_period: str, topic: str) -> dict[str, int]:
-    """customer → its highest revision of the period, whatever the status."""
-    rows = conn.execute(
-        "SELECT customer_id, max(revision) FROM invoices "
-        "WHERE billing_period = %s AND source_topic = %s GROUP BY customer_id",
-        (billing_period, topic),
-    ).fetchall()
-    return {row[0]: int(row[1]) for row in rows}
-
-
-def held_customers(conn: psycopg.Connection[Any], billing_period: str) -> set[str]:
-    """Customers with an unreleased hold on the period (or on every period)."""
-    rows = conn.execute(
-        "SELECT DISTINCT customer_id FROM invoice_holds WHERE released_at IS NULL "
-        "AND (billing_period = %s OR billing_period IS NULL)",
-        (billing_period,),
-    ).fetchall()
-    return {row[0] for row in rows}
-
-
-def closed_customers(conn: psycopg.Connection[Any], billing_period: str, topic: str) -> set[str]:
-    """Customers whose close marker of the period the workers handled (``period_closes``)."""
-    rows = conn.execute(
-        "SELECT DISTINCT customer_id FROM period_closes WHERE billing_period = %s "
-        "AND source_topic = %s",
-        (billing_period, topic),
-    ).fetchall()
-    return {row[0] for row in rows}
-
-
-def stored_usage_ids(conn: psycopg.Connection[Any], billing_period: str, topic: str) -> set[str]:
-    """Event ids of the period in ``usage_lines`` read from ``topic``."""
-    rows = conn.execute(
-        "SELECT event_id FROM usage_lines WHERE billing_period = %s AND source_topic = %s",
-        (billing_period, topic),
-    ).fetchall()
-    return {row[0] for row in rows}
-
-
-def customers(conn: psycopg.Connection[Any], ids: list[str]) -> dict[str, store.Customer]:
-    """The stored customer rows of ``ids``."""
-    with conn.cursor(row_factory=class_row(store.Customer)) as cur:
-        rows = cur.execute(
-            "SELECT customer_id, name, email, currency FROM customers WHERE customer_id = ANY(%s)",
-            (ids,),
-        ).fetchall()
-    return {row.customer_id: row for row in rows}
-
-
-@dataclass(frozen=True)
-class LockedInvoice:
-    invoice_id: str
-    revision: int
-
-
-def lock_issued(
-    conn: psycopg.Connection[Any], customer_id: str, billing_period: str
-) -> LockedInvoice | None:
-    """``SELECT … FOR UPDATE`` the customer's issued revision: a concurrent writer of the same
-    row (another replay, a void) waits until this transaction ends."""
-    row = conn.execute(
-        "SELECT invoice_id::text, revision FROM invoices "
-        "WHERE customer_id = %s AND billing_period = %s AND status = 'issued' FOR UPDATE",
-        (customer_id, billing_period),
-    ).fetchone()
-    return LockedInvoice(row[0], int(row[1])) if row else None
-
-
-def max_revision(conn: psycopg.Connection[Any], customer_id: str, billing_period: str) -> int:
-    """The customer's highest revision of the period (0: none)."""
-    row = conn.execute(
-        "SELECT coalesce(max(revision), 0) FROM invoices WHERE customer_id = %s AND billing_period = %s",
-        (customer_id, billing_period),
-    ).fetchone()
-    return int(row[0]) if row else 0
-
-
-def supersede(conn: psycopg.Connection[Any], invoice_id: str) -> bool:
-    """``issued`` → ``superseded`` (the only change an issued invoice ever gets)."""
-    row = conn.execute(
-        "UPDATE invoices SET status = 'superseded' WHERE invoice_id = %s AND status = 'issued' "
-        "RETURNING invoice_id",
-        (invoice_id,),
-    ).fetchone()
-    return row is not None
-
-
-def credit_note_number(billing_period: str, sequence: int) -> str:
-    """Readable credit note number: ``CN-2024-09-000001`` (gapless series per period)."""
-    return f"CN-{billing_period}-{sequence:06d}"
-
-
-def insert_credit_note(
-    conn: psycopg.Connection[Any],
-    *,
-    credit_note_id: str,
-    number: str,
-    invoice_id: str,
-    customer_id: str,
-    billing_period: str,
-    currency: str,
-    subtotal: Decimal,
-    tax_total: Decimal,
-    total: Decimal,
-    reason: str,
-    issued_at: datetime,
-) -> bool:
-    """Insert the credit note of ``invoice_id``; False when that revision was already credited
-    (``credit_notes.invoice_id`` is unique)."""
-    row = conn.execute(
-        """
-        INSERT INTO credit_notes (credit_note_id, credit_note_number, invoice_id, customer_id,
-            billing_period, currency, subtotal, tax_total, total, reason, issued_at)
-        VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)
-        ON CONFLICT DO NOTHING
-        RETURNING credit_note_id
-        """,
-        (
-            credit_note_id,
-            number,
-            invoice_id,
-            customer_id,
-            billing_period,
-            currency,
-            subtotal,
-            tax_total,
-            total,
-            reason[:2000],
-            issued_at,
-        ),
-    ).fetchone()
-    return row is not None
-
-
-def has_open_hold(conn: psycopg.Connection[Any], customer_id: str, billing_period: str) -> bool:
-    return bool(store.open_holds(conn, customer_id, billing_period))
-
-
-# --------------------------------------------------------------------------- late usage
-
-
-@dataclass(frozen=True)
-class LateUsage:
-    """A stored usage line that the customer's issued invoice of its period does not include.
-
-    ``after_close`` is True when it was read at or after the offset of the close
-    marker the issued revision was built up to (usage that arrived late); False
-    means an earlier line the invoice lacks (a lost write; the replay will say).
-    ``amount`` is exact, in ``currency`` units; ``recorded_at`` is when the worker
-    stored it (UTC).
-    """
-
-    event_id: str
-    customer_id: str
-    billing_period: str
-    amount: Decimal
-    currency: str
-    source_topic: str
-    source_partition: int
-    source_offset: int
-    recorded_at: datetime
-    invoice_id: str
-    invoice_number: str
-    revision: int
-    after_close: bool
-
-
-def late_usage(conn: psycopg.Connection[Any], period: str | None = None) -> list[LateUsage]:
-    """Usage recorded for a (customer, period) whose issued invoice does not include it.
-
-    The policy (docs/replay.md "Late usage"): late usage is stored by the worker,
-    listed here (``invoicing status``) and in the next ``invoicing replay PERIOD
-    --dry-run`` as "usage not invoiced", and invoiced by the next ``--apply`` as a
-    credit note plus a new revision — after which it is no longer listed.
-
-    Args:
-        conn: any connection (read-only query; runs in the caller's transaction if any).
-        period: ``YYYY-MM`` to restrict to one billing period; None for all.
-
-    Returns:
-        Rows ordered by period, customer, partition, offset.
-    """
-    with conn.cursor(row_factory=class_row(LateUsage)) as cur:
-        return cur.execute(
+    with conn.cursor(row_factory=class_row(_IssuedHead)) as cur:
+        heads = cur.execute(
             """
-            SELECT u.event_id, u.customer_id, u.billing_period, u.amount, trim(u.currency) AS currency,
-                   u.source_topic, u.source_partition, u.source_offset, u.recorded_at,
-                   i.invoice_id::text AS invoice_id, i.invoice_number, i.revision,
-                   (u.source_topic = i.source_topic AND u.source_partition = i.source_partition
-                    AND u.source_offset >= i.close_offset) AS after_close
-              FROM usage_lines u
-              JOIN invoices i ON i.customer_id = u.customer_id
-                             AND i.billing_period = u.billing_period
-                             AND i.status = 'issued'
-             WHERE (%(period)s::text IS NULL OR u.billing_period = %(period)s::text)
-               AND NOT EXISTS (SELECT 1 FROM invoice_lines l
-                                WHERE l.invoice_id = i.invoice_id AND l.event_id = u.event_id)
-             ORDER BY u.billing_period, u.customer_id, u.source_partition, u.source_offset
+            SELECT invoice_id::text, invoice_number, revision, customer_id,
+                   trim(currency) AS currency, subtotal, tax_total, total, line_count,
+                   source_partition, close_offset
+              FROM invoices
+             WHERE billing_period = %(period)s AND status = 'issued' AND source_topic = %(topic)s
+               AND (%(customer)s::text IS NULL OR customer_id = %(customer)s::text)
             """,
-            {"period": period},
+            params,
         ).fetchall()
+    lines: dict[str, list[IssuedLine]] = defaultdict(list)
+    with conn.cursor(row_factory=class_row(_IssuedLineRow)) as cur:
+        for line in cur.execute(
+            """
+            SELECT l.invoice_id::text, l.event_id, l.amount, l.source_partition, l.source_offset
+              FROM invoice_lines l JOIN invoices i ON i.invoice_id = l.invoice_id
+             WHERE i.billing_period = %(period)s AND i.status = 'issued' AND i.source_topic = %(topic)s
+               AND (%(customer)s::text IS NULL OR i.customer_id = %(customer)s::text)
+             ORDER BY l.invoice_id, l.line_no
+            """,
+            params,
+        ):
+            lines[line.invoice_id].append(
+                IssuedLine(line.event_id, line.amount, line.source_partition, line.source_offset)
+            )
+    charges: dict[str, list[IssuedCharge]] = defaultdict(list)
+    with conn.cursor(row_factory=class_row(_IssuedChargeRow)) as cur:
+        for charge in cur.execute(
+            """
+            SELECT c.invoice_id::text, c.line_id::text, c.description, c.amount
+              FROM invoice_charges c JOIN invoices i ON i.invoice_id = c.invoice_id
+             WHERE i.billing_period = %(period)s AND i.status = 'issued' AND i.source_topic = %(topic)s
+               AND (%(customer)s::text IS NULL OR i.customer_id = %(customer)s::text)
+             ORDER BY c.invoice_id, c.line_no
+            """,
+            params,
+        ):
+            charges[charge.invoice_id].append(
+                IssuedCharge(charge.line_id, charge.description, charge.amount)
+            )
+    return {
+        head.customer_id: IssuedInvoice(
+            invoice_id=head.invoice_id,
+            invoice_number=head.invoice_number,
+            revision=head.revision,
+            customer_id=head.customer_id,
+            currency=head.currency,
+            subtotal=head.subtotal,
+            tax_total=head.tax_total,
+            total=head.total,
+            line_count=head.line_count,
+            source_partition=head.source_partition,
+            close_offset=head.close_offset,
+            lines=tuple(lines.get(head.invoice_id, ())),
+            charges=tuple(charges.get(head.invoice_id, ())),
+        )
+        for head in heads
+    }

@@ -6,6 +6,13 @@ replication slot, SMTP sink (own port and Maildir) and fake tax service (own
 port and request records). Kafka, Connect, PostgreSQL and Redis are the real
 shared services. So tests can count invoices, events and emails exactly, and
 two sandboxes never see each other's customers.
+
+Roles: the database is created by the **provisioner** login (``CREATEDB``) and owned by
+the **owner**; its migrations run as the owner and end with the grants of
+:mod:`streams.grants` (grants are per database, roles per cluster), so every process of
+a sandbox connects as its own role with exactly the privileges it has in production.
+:meth:`Pipeline.connect` defaults to the owner: tests inspect (and the chaos harness
+plants) rows that no runtime role may touch.
 """
 
 from __future__ import annotations
@@ -22,12 +29,17 @@ import psycopg
 from psycopg import sql
 
 from streams.adapters import migrate
-from streams.adapters.connect import render_outbox_config, wait_running
+from streams.adapters.connect import (
+    local_secrets_dir,
+    render_outbox_config,
+    wait_running,
+    write_connect_secrets,
+)
 from streams.adapters.kafka import ensure_topics, topic_specs
 from streams.adapters.provision import provision_publication
 from streams.sandbox.processes import WorkerGroup
 from streams.sandbox.smtp import free_port, running_smtp_sink
-from streams.settings import KafkaSettings, PostgresSettings, Settings
+from streams.settings import KafkaSettings, PostgresSettings, RoleName, Settings
 from streams.stack.fake_tax import FakeTaxProcess, running_fake_tax
 from streams.topics import ACCOUNT_EVENTS
 
@@ -40,7 +52,9 @@ class Pipeline:
 
     unique: str
     settings: Settings
-    env: dict[str, str]
+    #: Environment of the sandbox's processes; holds the runtime logins' passwords
+    #: (kept out of ``repr``).
+    env: dict[str, str] = field(repr=False)
     workdir: Path
     maildir: Path
     tax: FakeTaxProcess
@@ -54,16 +68,25 @@ class Pipeline:
         """The sandbox's ``billing.account-events.v1`` (under its topic prefix)."""
         return ACCOUNT_EVENTS.with_prefix(self.settings.kafka.topic_prefix).name
 
-    def connect(self) -> psycopg.Connection[Any]:
-        """A new autocommit connection to the sandbox's database (the caller closes it)."""
-        return psycopg.connect(self.settings.postgres.dsn(), autocommit=True)
+    def connect(self, role: RoleName = "owner") -> psycopg.Connection[Any]:
+        """A new autocommit connection to the sandbox's database as ``role`` (the owner by
+        default); the caller closes it."""
+        return psycopg.connect(self.settings.postgres.dsn(role), autocommit=True)
 
 
-def _replication_dsn(pg: PostgresSettings) -> str:
-    return (
-        f"host={pg.host} port={pg.port} dbname={pg.database} user={pg.replication_user} "
-        f"password={pg.replication_password.get_secret_value()}"
-    )
+#: The logins a sandbox's processes (workers, commands run by tests) may need.
+PROCESS_ROLES: tuple[RoleName, ...] = ("worker", "email", "close", "replay", "operator", "admin")
+
+
+def process_env(settings: Settings) -> dict[str, str]:
+    """The ``INVOICING_…`` variables that give a child process ``settings``' logins and
+    Redis URL (secrets: pass them to a process, never print them)."""
+    env = {"INVOICING_REDIS__URL": settings.redis.url.get_secret_value()}
+    for role in PROCESS_ROLES:
+        login = settings.postgres.role(role)
+        env[f"INVOICING_POSTGRES__{role.upper()}__USER"] = login.user
+        env[f"INVOICING_POSTGRES__{role.upper()}__PASSWORD"] = login.password.get_secret_value()
+    return env
 
 
 @contextlib.contextmanager
@@ -97,10 +120,15 @@ def isolated_pipeline(
     connect = base.connect.model_copy(update={"outbox_connector": f"outbox-{unique}"})
     smtp = base.smtp.model_copy(update={"port": smtp_port})
 
-    with psycopg.connect(base.postgres.dsn(), autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
+    with psycopg.connect(base.postgres.dsn("provisioner"), autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("CREATE DATABASE {} OWNER {}").format(
+                sql.Identifier(database), sql.Identifier(pg.owner.user)
+            )
+        )
     client = httpx.Client(base_url=base.connect.url, timeout=30)
     sink = contextlib.ExitStack()
+    secrets: Path | None = None
     try:
         migrate.upgrade(pg)
         provision_publication(pg)
@@ -118,6 +146,11 @@ def isolated_pipeline(
                 }
             )
             ensure_topics(kafka, topic_specs(kafka))
+            if settings.connect.secrets_dir is None:
+                path = local_secrets_dir(settings) / f"{pg.replication.user}.properties"
+                if not path.exists():  # a login of this sandbox's own: remove it afterwards
+                    secrets = path
+                write_connect_secrets(settings)
             config = render_outbox_config(settings, base.stack.home)
             # Own logical name: Debezium registers its JMX metrics under it, and a name
             # shared with another running connector delays streaming by ~2 minutes.
@@ -127,6 +160,7 @@ def isolated_pipeline(
             wait_running(client, connect.outbox_connector, 90)
             sink.enter_context(running_smtp_sink(workdir, port=smtp_port))
             env = {
+                **process_env(settings),
                 "INVOICING_POSTGRES__DATABASE": database,
                 "INVOICING_POSTGRES__SLOT": pg.slot,
                 "INVOICING_KAFKA__TOPIC_PREFIX": prefix,
@@ -152,6 +186,8 @@ def isolated_pipeline(
         _drop_slot(pg)
         _drop_database(base.postgres, database)
         _delete_topics(kafka)
+        if secrets is not None:
+            secrets.unlink(missing_ok=True)
 
 
 def _delete_topics(kafka: KafkaSettings) -> None:
@@ -167,14 +203,15 @@ def _delete_topics(kafka: KafkaSettings) -> None:
 
 
 def _drop_database(base: PostgresSettings, database: str, timeout_s: float = 60.0) -> None:
-    """Drop the sandbox database once Debezium's sessions (another role's, which we may not
-    terminate) have left it; our own leftover sessions are terminated by FORCE."""
+    """Drop the sandbox database (as the provisioner) once Debezium's sessions have left it
+    (its connector was deleted; ending its walsender by force would log an error in
+    Connect); every other leftover session is ended by FORCE (``pg_signal_backend``)."""
     deadline = time.monotonic() + timeout_s
-    with psycopg.connect(base.dsn(), autocommit=True) as conn:
+    with psycopg.connect(base.dsn("provisioner"), autocommit=True) as conn:
         while True:
             others = conn.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND usename <> current_user",
-                (database,),
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND usename = %s",
+                (database, base.replication.user),
             ).fetchone()
             if others == (0,) or time.monotonic() > deadline:
                 break
@@ -186,16 +223,15 @@ def _drop_database(base: PostgresSettings, database: str, timeout_s: float = 60.
 
 def _drop_slot(pg: PostgresSettings) -> None:
     deadline = time.monotonic() + 30
-    with psycopg.connect(
-        _replication_dsn(pg.model_copy(update={"database": "postgres"})), autocommit=True
-    ) as conn:
+    with psycopg.connect(pg.dsn("replication", database="postgres"), autocommit=True) as conn:
         while time.monotonic() < deadline:
-            row = conn.execute(
+            active = conn.execute(
                 "SELECT active FROM pg_replication_slots WHERE slot_name = %s", (pg.slot,)
             ).fetchone()
-            if row is None:
+            if active is None:
                 return
-            if not row[0]:
+            (slot_active,) = active
+            if not slot_active:
                 conn.execute("SELECT pg_drop_replication_slot(%s)", (pg.slot,))
                 return
             time.sleep(0.5)

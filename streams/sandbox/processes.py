@@ -43,7 +43,8 @@ class WorkerGroup:
     """
 
     log_dir: Path
-    env: Mapping[str, str] = field(default_factory=dict)
+    #: May carry passwords (the sandbox's logins): kept out of ``repr``.
+    env: Mapping[str, str] = field(default_factory=dict, repr=False)
     processes: list[WorkerProcess] = field(default_factory=list)
 
     def start(

@@ -41,7 +41,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, TypeAdapter
 
-from streams.domain.events import CustomerId, Envelope, EventData, event_models
+from streams.domain.events import CODE_PATTERN, CustomerId, Envelope, EventData, event_models
 from streams.domain.periods import PERIOD_PATTERN
 from streams.domain.rating.book import price_book_json_schema
 from streams.settings import KafkaSettings
@@ -50,6 +50,7 @@ from streams.topics import (
     DEAD_LETTER_TOPICS,
     INVOICES,
     INVOICES_DLQ,
+    PRICE_BOOK,
     REGISTRY,
     TopicSpec,
 )
@@ -211,7 +212,27 @@ def openapi_document() -> dict[str, Any]:
     }
 
 
+def _entry_key_pattern() -> str:
+    code = CODE_PATTERN.removeprefix("^").removesuffix("$")
+    return f"^(metric/{code}|plan/{code}/[1-9][0-9]*)$"
+
+
 def _key_schema(topic: str) -> dict[str, Any]:
+    if topic == PRICE_BOOK.name:
+        return {
+            "type": "string",
+            "pattern": _entry_key_pattern(),
+            "maxLength": 128,
+            "$schema": DRAFT,
+            "$id": f"{ID_BASE}{topic}/{KEY_FILE}",
+            "title": f"{topic} key",
+            "description": (
+                "Record key: the price book entry as UTF-8 text, metric/<metric code> or "
+                "plan/<plan code>/<version>. It also is the CloudEvents subject (header "
+                "ce_subject). Entries are immutable, so compaction keeps exactly the one "
+                "record each key was published with."
+            ),
+        }
     return {
         **TypeAdapter(CustomerId).json_schema(mode="serialization"),
         "$schema": DRAFT,
@@ -255,7 +276,7 @@ _INVOICE_EXTRA_HEADERS: dict[str, dict[str, Any]] = {
     },
 }
 
-#: Headers the dead-letter publisher adds (streams/invoicing/dlq.py), all UTF-8 text.
+#: Headers the dead-letter publisher adds (streams/billing/dead_letters.py), all UTF-8 text.
 _DLQ_HEADERS: dict[str, dict[str, Any]] = {
     "dlq.reason": {"type": "string", "minLength": 1, "description": "Why the record was refused."},
     "dlq.kind": {
@@ -308,7 +329,9 @@ def _cloudevents_headers(spec: TopicSpec) -> dict[str, dict[str, Any]]:
         "ce_source": "Producer of the event (a URI reference, e.g. /invoicing/worker).",
         "ce_type": "Event type: selects the value schema.",
         "ce_time": "When the fact happened (UTC, RFC 3339).",
-        "ce_subject": "The customer id; equals the record key.",
+        "ce_subject": "The entry key (metric/<code>, plan/<code>/<version>); equals the record key."
+        if spec.name == PRICE_BOOK.name
+        else "The customer id; equals the record key.",
         "content-type": "Media type of the value (CloudEvents datacontenttype).",
     }
     for name, note in notes.items():
@@ -450,13 +473,15 @@ def _messages(spec: TopicSpec) -> dict[str, dict[str, Any]]:
 
 
 def _channel(spec: TopicSpec, messages: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    ordering = (
+        "one partition, so every reader sees the entries in publication order"
+        if spec.name == PRICE_BOOK.name
+        else "murmur2 partitioner, so every event of a customer is on one partition, in order"
+    )
     return {
         "address": spec.name,
         "title": spec.name,
-        "description": (
-            f"{spec.description}. Key: {spec.key} (murmur2 partitioner, so every event of a "
-            "customer is on one partition, in order)."
-        ),
+        "description": f"{spec.description}. Key: {spec.key} ({ordering}).",
         "messages": {mid: {"$ref": f"#/components/messages/{mid}"} for mid in messages},
         "bindings": {
             "kafka": {

@@ -5,7 +5,7 @@ raises; ``wait_healthy`` turns a timeout into :class:`ServiceUnhealthy`.
 
 - kafka:    a metadata request answered by the broker (confluent-kafka AdminClient)
 - connect:  REST root answers, and ``/connector-plugins`` lists the Debezium connector
-- postgres: ``SELECT 1`` (over the unix socket as the superuser, or TCP as the app role)
+- postgres: ``SELECT 1`` (over the unix socket as the superuser, or TCP as the owner role)
 - redis:    ``PING``
 - smtp:     SMTP ``NOOP`` answered 250
 - tax:      ``GET /health`` answered 200
@@ -81,15 +81,16 @@ def postgres_superuser_check(socket_dir: Path, port: int, timeout_s: float = 3.0
 
 
 def postgres_app_check(settings: Settings, timeout_s: float = 3.0) -> str | None:
+    """``SELECT 1`` as the owner (the role migrations run as), or the reason it failed."""
     import psycopg
 
     try:
         with psycopg.connect(
-            settings.postgres.dsn(), connect_timeout=max(1, int(timeout_s))
+            settings.postgres.dsn("owner", connect_timeout=max(1, int(timeout_s)))
         ) as conn:
             conn.execute("SELECT 1").fetchone()
     except psycopg.Error as exc:
-        return f"SELECT 1 as {settings.postgres.user} failed: {str(exc).strip()}"
+        return f"SELECT 1 as {settings.postgres.owner.user} failed: {str(exc).strip()}"
     return None
 
 
@@ -98,7 +99,9 @@ def redis_check(settings: Settings, timeout_s: float = 2.0) -> str | None:
 
     try:
         client = redis.Redis.from_url(
-            settings.redis.url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s
+            settings.redis.url.get_secret_value(),
+            socket_timeout=timeout_s,
+            socket_connect_timeout=timeout_s,
         )
         try:
             if client.ping() is not True:

@@ -190,7 +190,7 @@ class Stack:
         socket_dir = self.postgres_socket_dir()
         provision.provision_cluster(self.settings.postgres, socket_dir)
         wait_healthy(
-            "postgres (application role)",
+            "postgres (owner role)",
             lambda: postgres_app_check(self.settings),
             timeout_s=30,
             log=self.layout.log("postgres"),

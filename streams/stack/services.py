@@ -16,7 +16,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -252,7 +252,7 @@ def postgres_service(layout: Layout, settings: Settings, paths: PostgresPaths) -
 
 def prepare_redis(layout: Layout, settings: Settings) -> None:
     """Write redis.conf: loopback, non-default port, append-only data under .local/."""
-    parsed = urlparse(settings.redis.url)
+    parsed = urlparse(settings.redis.url.get_secret_value())
     port = parsed.port or 6379
     (layout.conf / "redis.conf").write_text(
         "\n".join(
@@ -274,7 +274,7 @@ def prepare_redis(layout: Layout, settings: Settings) -> None:
 
 
 def redis_service(layout: Layout, settings: Settings) -> Service:
-    port = urlparse(settings.redis.url).port or 6379
+    port = urlparse(settings.redis.url.get_secret_value()).port or 6379
     binary = redis_binary() or "redis-server"
     program = Program(
         name="redis", command=[binary, str(layout.conf / "redis.conf")], directory=layout.redis_data
@@ -306,8 +306,13 @@ logger.statechange.level = warn
 
 
 def _kafka_cluster_id() -> str:
-    # Kafka's Uuid.randomUuid().toString(): 16 random bytes, base64url without padding.
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    # Kafka's Uuid.randomUuid().toString(): 16 random bytes, base64url without padding,
+    # drawn again when it starts with "-" (as Kafka's does): the storage tool would read
+    # "-t -…" as a missing argument (1 format in 64 failed so).
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not text.startswith("-"):
+            return text
 
 
 def prepare_kafka(layout: Layout, settings: Settings) -> None:
@@ -399,7 +404,14 @@ def kafka_service(layout: Layout, settings: Settings) -> Service:
 
 
 def prepare_connect(layout: Layout, settings: Settings) -> None:
+    """Write the Connect worker config, with the file config provider that resolves
+    Debezium's password (``allowed.paths``: the secrets folder only), and the secrets
+    file itself (mode 0600; :func:`streams.adapters.connect.write_connect_secrets`)."""
+    from streams.adapters.connect import worker_provider_config, write_connect_secrets
+
     url = urlparse(settings.connect.url)
+    write_connect_secrets(settings)
+    providers = [f"{k}={v}" for k, v in worker_provider_config(settings).items()]
     (layout.conf / "connect-distributed.properties").write_text(
         "\n".join(
             [
@@ -426,6 +438,8 @@ def prepare_connect(layout: Layout, settings: Settings) -> None:
                 f"plugin.path={layout.plugins}",
                 "plugin.discovery=hybrid_warn",
                 "topic.creation.enable=true",
+                # Connector configs reference secrets (${file:<path>:<key>}), never hold them.
+                *providers,
                 "",
             ]
         )
@@ -434,13 +448,18 @@ def prepare_connect(layout: Layout, settings: Settings) -> None:
 
 def connect_service(layout: Layout, settings: Settings) -> Service:
     url = urlparse(settings.connect.url)
+    conf = layout.conf / "connect-distributed.properties"
     program = _java_program(
         layout,
         "connect",
         settings.stack.connect_heap,
         "org.apache.kafka.connect.cli.ConnectDistributed",
-        layout.conf / "connect-distributed.properties",
+        conf,
     )
+    # The worker reads its config once: a changed config (e.g. the config provider added)
+    # changes the program, so `stack up` restarts Connect with it.
+    digest = hashlib.sha256(conf.read_bytes() if conf.exists() else b"").hexdigest()
+    program = replace(program, environment={"INVOICING_WORKER_CONFIG_SHA256": digest})
     return Service("connect", url.port or 8083, program, lambda: health.connect_check(settings))
 
 

@@ -135,6 +135,8 @@ def _metered(rng: random.Random, customer: str, at: datetime, plan: str | None) 
             metric="api_calls",
             event_time=at,
             properties={"billable": "true" if rng.random() < 0.9 else "false"},
+            # the gateway reports calls in batches (the book sums values.calls)
+            values={"calls": Decimal(rng.randrange(1, 5_000))},
         )
     if kind < 0.7:
         gb = Decimal(rng.randrange(1, 2_000)) / 10

@@ -46,6 +46,11 @@ def test_invariant_checks_catch_planted_violations(
         assert f"{SEED_ENV}={chaos_seed}" in str(info.value)  # names the seed and the rerun
 
     with p.connect() as conn:
+        # Planting violations edits issued documents, which migration 0006's triggers refuse
+        # to every role: the owner lifts them in this sandbox's database first, the way a
+        # reviewed data fix would (DDL, visible).
+        conn.execute("ALTER TABLE invoices DISABLE TRIGGER invoices_immutable")
+        conn.execute("ALTER TABLE invoice_lines DISABLE TRIGGER invoice_lines_immutable")
         inv_id, part, gen, issued_at = conn.execute(
             "SELECT invoice_id::text, source_partition, fence_generation, issued_at "
             "FROM invoices WHERE total <> 0 ORDER BY invoice_id LIMIT 1"

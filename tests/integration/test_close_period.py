@@ -57,7 +57,9 @@ def prefixed(settings: Settings, unique: str) -> Settings:
 
 @pytest.fixture
 def pool(settings: Settings) -> Iterator[ConnectionPool]:
-    p = bootstrap.postgres_pool(settings, name="test-close-period", min_size=1, max_size=2)
+    p = bootstrap.postgres_pool(
+        settings, role="close", name="test-close-period", min_size=1, max_size=2
+    )
     yield p
     p.close()
 

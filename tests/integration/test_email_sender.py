@@ -47,6 +47,7 @@ from psycopg_pool import ConnectionPool
 from streams import bootstrap
 from streams.adapters.kafka import consumer_config, ensure_topics, make_producer
 from streams.adapters.maildir import count_by_header, list_messages
+from streams.bootstrap import run_email_sender
 from streams.domain.codec import encode
 from streams.domain.events import (
     CreditNoteIssued,
@@ -63,7 +64,6 @@ from streams.email.sender import (
     Outcome,
     invoices_dlq_topic,
     invoices_topic,
-    run_email_sender,
 )
 from streams.email.store import ClaimKind, NewDelivery
 from streams.email.transport import SmtpTransport
@@ -184,7 +184,7 @@ class Env:
 
     def rows(self) -> dict[str, dict[str, Any]]:
         """email_deliveries rows of this test's customers, by document_key."""
-        with psycopg.connect(self.settings.postgres.dsn()) as conn:
+        with psycopg.connect(self.settings.postgres.dsn("owner")) as conn:
             cur = conn.execute(
                 "SELECT * FROM email_deliveries WHERE customer_id LIKE %s", (f"{self.run}-%",)
             )
@@ -301,13 +301,13 @@ def env(tmp_path: Path) -> Iterator[Env]:
     dlq = INVOICES_DLQ.with_prefix(settings.kafka.topic_prefix)
     assert dlq.name == invoices_dlq_topic(settings)
     ensure_topics(settings.kafka, (spec, dlq))
-    pool = bootstrap.postgres_pool(settings, name=f"email-test-{run}", max_size=4)
+    pool = bootstrap.postgres_pool(settings, role="email", name=f"email-test-{run}", max_size=4)
     try:
         yield Env(run, settings, pool, sink, topic)
     finally:
         sink.stop()
         pool.close()
-        with psycopg.connect(settings.postgres.dsn()) as conn:
+        with psycopg.connect(settings.postgres.dsn("owner")) as conn:
             conn.execute("DELETE FROM email_deliveries WHERE customer_id LIKE %s", (f"{run}-%",))
             routed = conn.execute("DELETE FROM outbox WHERE aggregatetype = %s", (topic,)).rowcount
         # Outbox rows go through the stack's own connector (WAL, not the table): if the
@@ -578,7 +578,7 @@ def test_no_offset_is_committed_past_an_unsent_email(env: Env) -> None:
     partition, offset = env.produce(data)
     spy = SpyConsumer(
         consumer_config(env.settings.kafka, env.settings.worker.email_group),
-        env.settings.postgres.dsn(),
+        env.settings.postgres.dsn("owner"),
     )
     handle = start_sender(env, consumer=spy)
     try:
@@ -611,7 +611,7 @@ def test_through_the_outbox_and_debezium(env: Env) -> None:
         (str(uuid.uuid4()), zero),
         (str(uuid.uuid4()), emailed),  # republished by reconciliation under a new id
     ]
-    with psycopg.connect(env.settings.postgres.dsn()) as conn:
+    with psycopg.connect(env.settings.postgres.dsn("owner")) as conn:
         for outbox_id, data in rows:
             conn.execute(
                 """

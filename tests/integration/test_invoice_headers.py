@@ -5,7 +5,7 @@ outbox columns as headers with the CloudEvents Kafka binding names: ``id`` →
 ``ce_id``, ``type`` → ``ce_type``, ``ce_time``, ``ce_specversion``, ``ce_source``,
 ``aggregateid`` → ``ce_subject``, ``content_type`` → ``content-type``, plus
 ``document_id`` and Debezium's own ``id``. Rows are written the way
-streams/invoicing/jobs.py writes them (``store.insert_outbox``), in a sandbox
+streams/invoicing/jobs.py writes them (``store.invoices.insert_outbox``), in a sandbox
 with its own database, connector, slot and topic.
 """
 
@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
 
+from streams.billing import store
 from streams.domain.codec import decode, headers_dict
 from streams.domain.events import (
     CreditNoteIssued,
@@ -31,7 +32,6 @@ from streams.domain.events import (
     event_models,
     invoice_id_for,
 )
-from streams.invoicing import store
 from streams.invoicing.jobs import EVENT_SOURCE
 from streams.settings import Settings
 from streams.topics import INVOICES
@@ -107,7 +107,7 @@ def test_outbox_columns_arrive_as_cloudevents_headers(pipeline: Pipeline) -> Non
     with p.connect() as conn, conn.transaction():
         for event, document_id in events():
             event_id = deterministic_id("outbox", event.event_type, document_id)
-            store.insert_outbox(
+            store.invoices.insert_outbox(
                 conn,
                 event_id=event_id,
                 topic=p.invoices_topic,

@@ -7,7 +7,7 @@
    hold the customer again, for ever (streams/invoicing/jobs.py).
 2. One dead-lettered record can hold several customers (its key and its
    ``ce_subject`` differ): one hold row per (record, customer), idempotent on
-   redelivery (migration 0004, ``streams.invoicing.worker.record_hold``).
+   redelivery (migration 0004, ``streams.billing.store.holds.record_hold``).
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ from psycopg_pool import ConnectionPool
 
 from streams.adapters import migrate
 from streams.adapters.memory.tax import InMemoryTaxService
+from streams.billing import fencing, rows, store
+from streams.billing.store.holds import record_hold
 from streams.domain.events import CustomerUpserted, UsageRecorded
-from streams.invoicing import fencing, store
 from streams.invoicing.jobs import JobContext, Outcome, run_invoice_job
-from streams.invoicing.worker import record_hold
 from streams.sandbox.pipeline import _drop_database
 from streams.settings import Settings
 
@@ -38,14 +38,21 @@ PERIOD = "2025-01"
 
 @pytest.fixture
 def pool(settings: Settings, unique: str) -> Iterator[ConnectionPool[Any]]:
-    """A pool on a fresh database of this test, migrated to head."""
+    """A pool of the invoicing worker's role on a fresh database of this test (created by
+    the provisioner, owned by the owner), migrated to head with its grants."""
     database = f"inv_{unique}"
-    with psycopg.connect(settings.postgres.dsn(), autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
+    with psycopg.connect(settings.postgres.dsn("provisioner"), autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("CREATE DATABASE {} OWNER {}").format(
+                sql.Identifier(database), sql.Identifier(settings.postgres.owner.user)
+            )
+        )
     pg = settings.postgres.model_copy(update={"database": database})
     try:
         migrate.upgrade(pg)
-        with ConnectionPool(pg.dsn(), min_size=1, max_size=4, kwargs={"autocommit": False}) as p:
+        with ConnectionPool(
+            pg.dsn("worker"), min_size=1, max_size=4, kwargs={"autocommit": False}
+        ) as p:
             yield p
     finally:
         _drop_database(settings.postgres, database)
@@ -71,8 +78,8 @@ def usage(customer_id: str, amount: str, currency: str) -> UsageRecorded:
     )
 
 
-def at(offset: int) -> store.SourceCoordinates:
-    return store.SourceCoordinates(TOPIC, 0, offset)
+def at(offset: int) -> rows.SourceCoordinates:
+    return rows.SourceCoordinates(TOPIC, 0, offset)
 
 
 def test_an_invoice_refused_for_its_data_is_invoiced_once_the_data_is_fixed(
@@ -85,16 +92,16 @@ def test_an_invoice_refused_for_its_data_is_invoiced_once_the_data_is_fixed(
     with pool.connection() as conn:
         fencing.claim(conn, token)
         with conn.transaction():
-            store.upsert_customer(conn, "cu-1", customer(cust, "EUR"), at(0))
-            store.insert_usage(
+            store.usage.upsert_customer(conn, "cu-1", customer(cust, "EUR"), at(0))
+            store.usage.insert_usage(
                 conn,
                 [
-                    store.UsageRecord("u-1", usage(cust, "10.00", "USD"), at(1)),
-                    store.UsageRecord("u-2", usage(cust, "2.50", "USD"), at(2)),
+                    rows.UsageRecord("u-1", usage(cust, "10.00", "USD"), at(1)),
+                    rows.UsageRecord("u-2", usage(cust, "2.50", "USD"), at(2)),
                 ],
             )
 
-    first = store.CloseMarker("close-1", cust, PERIOD, "period_end", at(3))
+    first = rows.CloseMarker("close-1", cust, PERIOD, "period_end", at(3))
     refused = run_invoice_job(ctx, first, token, threading.Event())
     assert refused.outcome is Outcome.FAILED
     assert "currency" in refused.detail
@@ -102,13 +109,13 @@ def test_an_invoice_refused_for_its_data_is_invoiced_once_the_data_is_fixed(
 
     # The operator fixes the customer's currency, releases the hold: a new marker.
     with pool.connection() as conn, conn.transaction():
-        store.upsert_customer(conn, "cu-2", customer(cust, "USD"), at(4))
-    again = store.CloseMarker("close-2", cust, PERIOD, "hold_released", at(5))
+        store.usage.upsert_customer(conn, "cu-2", customer(cust, "USD"), at(4))
+    again = rows.CloseMarker("close-2", cust, PERIOD, "hold_released", at(5))
     result = run_invoice_job(ctx, again, token, threading.Event())
     assert result.outcome is Outcome.INVOICED, result.detail
     assert [c.outcome for c in tax.calls] == ["ok"]
     with pool.connection() as conn:
-        issued = store.current_invoice(conn, cust, PERIOD)
+        issued = store.invoices.current_invoice(conn, cust, PERIOD)
     assert issued is not None and issued.subtotal == Decimal("12.50")
 
 
@@ -134,7 +141,7 @@ def test_one_dead_lettered_record_holds_each_customer_it_names_once(
         held = [
             cust
             for cust in ("by-key", "by-subject", "someone-else")
-            if store.open_holds(conn, cust, PERIOD)
+            if store.holds.open_holds(conn, cust, PERIOD)
         ]
     assert rows == [("by-key",), ("by-subject",)]
     assert held == ["by-key", "by-subject"]

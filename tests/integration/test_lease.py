@@ -25,9 +25,9 @@ from streams.adapters.lease import (
     LeaseFenced,
     LeaseLost,
     LeaseUnavailable,
-    check_fence,
-    fence_floor,
 )
+from streams.billing.fencing import check_lease_fence as check_fence
+from streams.billing.fencing import lease_fence_floor as fence_floor
 from streams.settings import Settings
 
 pytestmark = pytest.mark.integration
@@ -258,7 +258,9 @@ class _TcpProxy:
 
 @pytest.fixture
 def proxy(settings: Settings) -> Iterator[_TcpProxy]:
-    url = urlparse(settings.redis.url)  # as the stack reads it (streams.stack.services)
+    url = urlparse(
+        settings.redis.url.get_secret_value()
+    )  # as the stack reads it (streams.stack.services)
     p = _TcpProxy((url.hostname or "127.0.0.1", url.port or 6379))
     yield p
     p.cut()

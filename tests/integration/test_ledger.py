@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
+from streams.billing import store
 from streams.bootstrap import run_import_focus
 from streams.domain.events import (
     CreditNoteIssued,
@@ -32,7 +33,6 @@ from streams.domain.events import (
     deterministic_id,
     invoice_id_for,
 )
-from streams.invoicing import store
 from streams.settings import Settings
 from tests.integration.test_main_job import (
     SAMPLE,
@@ -66,7 +66,7 @@ def run_ledger(p: Pipeline, group: str) -> dict[str, int]:
             "--group",
             group,
             "--dsn",
-            p.settings.postgres.dsn(),
+            p.settings.postgres.dsn("owner"),
             "--until-caught-up",
             "--max-seconds",
             "120",
@@ -251,7 +251,7 @@ def corrections(
     ]
     with p.connect() as conn, conn.transaction():
         for event, document_id in documents:
-            store.insert_outbox(
+            store.invoices.insert_outbox(
                 conn,
                 event_id=deterministic_id("outbox", event.event_type, document_id),
                 topic=p.invoices_topic,

@@ -125,7 +125,7 @@ def test_hold_release_recloses_and_invoices_the_customer(pipeline: Pipeline, uni
     p.workers.start("email", 1)
     run_close_period(PERIOD, p.settings, progress=False)
     wait_until(lambda: good in issued(p), what="the good customer's invoice")
-    with p.connect() as conn:
+    with p.connect("operator") as conn:
         wait_until(
             lambda: (
                 conn.execute("SELECT count(*) FROM period_closes WHERE outcome = 'held'").fetchone()
@@ -144,7 +144,7 @@ def test_hold_release_recloses_and_invoices_the_customer(pipeline: Pipeline, uni
 
     # The fix: the corrected event is re-published (a new id), then the hold is released.
     produce_customer(producer, p, victim, ["3.30"], id_prefix="fixed-")
-    with p.connect() as conn:
+    with p.connect("admin") as conn:  # the role `invoicing holds release` runs as
         periods = release_hold(
             conn, producer, p.topic, holds[0].hold_id, released_by="tests", note="re-sent"
         )
@@ -153,7 +153,7 @@ def test_hold_release_recloses_and_invoices_the_customer(pipeline: Pipeline, uni
     assert issued(p)[victim][0] == Decimal(
         "13.30"
     )  # 10.00 + the corrected 3.30; the bad record is not in it
-    with p.connect() as conn:
+    with p.connect("operator") as conn:
         assert list_holds(conn) == []
 
 
@@ -200,7 +200,7 @@ def _reconcile_and_republish(p: Pipeline, lost: str) -> None:
     lost_invoice = issued(p)[lost][1]
     reader = functools.partial(bootstrap.topic_reader, p.settings)
     topic = p.invoices_topic
-    with p.connect() as conn:
+    with p.connect("admin") as conn:  # `invoicing reconcile --republish`'s role
         report = reconcile(conn, reader, topic, email_grace=timedelta(0))
         assert [doc for _, doc, _ in report.missing_events] == [lost_invoice]
         assert [i for i, _ in report.emails_not_sent] == [lost_invoice]
@@ -210,7 +210,7 @@ def _reconcile_and_republish(p: Pipeline, lost: str) -> None:
         lambda: sum(1 for m in list_messages(p.maildir) if m["X-Invoice-Id"] == lost_invoice) == 1,
         what="the republished invoice's email",
     )
-    with p.connect() as conn:
+    with p.connect("operator") as conn:  # `invoicing reconcile`'s role (the report)
         wait_until(
             lambda: not reconcile(conn, reader, topic, email_grace=timedelta(0)).missing_events,
             what="reconciliation to be clean",

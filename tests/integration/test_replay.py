@@ -31,14 +31,15 @@ from typer.testing import CliRunner
 from streams import bootstrap
 from streams.adapters.lease import LeaseBusy
 from streams.adapters.maildir import list_messages
-from streams.bootstrap import run_close_period, run_import_focus
+from streams.billing.store.usage import late_usage
+from streams.bootstrap import replay_period, run_close_period, run_import_focus
 from streams.demo.expected import expected_from_file
 from streams.demo.run import progress_counts
 from streams.domain.codec import encode
 from streams.domain.events import Envelope, UsageRecorded, deterministic_id, invoice_id_for
 from streams.domain.money import round_money
 from streams.entrypoints.app import app
-from streams.replay import Mode, ReplayReport, late_usage, replay_period
+from streams.replay import Mode, ReplayReport
 from streams.settings import Settings
 from tests.support.kafka import ProduceHeaders, wait_for_no_lag
 from tests.support.pipeline import Pipeline, isolated_pipeline
@@ -484,7 +485,7 @@ def test_a_killed_apply_keeps_its_lease_until_the_ttl_then_resumes(pipeline: Pip
 
     focus_flow(p, before_close=lose_two)
     period = lost[0][1]
-    ttl = "4"
+    ttl = "15"  # long enough that a second process starts before it ends, on a loaded machine
     killed = run_replay_cli(
         p, period, "--apply", "--lease-ttl", ttl, INVOICING_FAULT__KILL_REPLAY_AFTER_WRITES="1"
     )

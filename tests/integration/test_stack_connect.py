@@ -41,7 +41,7 @@ def test_throwaway_debezium_connector_streams_an_inserted_row(
     topic = make_topic(settings.kafka, f"{prefix}.public.{table}", 1)
     name = f"probe-{unique}"
     pg = settings.postgres
-    with psycopg.connect(pg.dsn(), autocommit=True) as conn:
+    with psycopg.connect(pg.dsn("owner"), autocommit=True) as conn:
         conn.execute(
             sql.SQL("CREATE TABLE {} (id serial PRIMARY KEY, note text NOT NULL)").format(
                 sql.Identifier(table)
@@ -49,7 +49,7 @@ def test_throwaway_debezium_connector_streams_an_inserted_row(
         )
         conn.execute(
             sql.SQL("GRANT SELECT ON {} TO {}").format(
-                sql.Identifier(table), sql.Identifier(pg.replication_user)
+                sql.Identifier(table), sql.Identifier(pg.replication.user)
             )
         )
         conn.execute(
@@ -62,8 +62,8 @@ def test_throwaway_debezium_connector_streams_an_inserted_row(
         "plugin.name": "pgoutput",
         "database.hostname": pg.host,
         "database.port": str(pg.port),
-        "database.user": pg.replication_user,
-        "database.password": pg.replication_password.get_secret_value(),
+        "database.user": pg.replication.user,
+        "database.password": pg.replication.password.get_secret_value(),
         "database.dbname": pg.database,
         "topic.prefix": prefix,
         "table.include.list": f"public.{table}",
@@ -85,7 +85,7 @@ def test_throwaway_debezium_connector_streams_an_inserted_row(
         note = f"hello from {unique}"
         deadline = time.monotonic() + 60
         records: list[Message] = []
-        with psycopg.connect(pg.dsn(), autocommit=True) as conn:
+        with psycopg.connect(pg.dsn("owner"), autocommit=True) as conn:
             while not records and time.monotonic() < deadline:
                 conn.execute(
                     sql.SQL("INSERT INTO {} (note) VALUES (%s)").format(sql.Identifier(table)),
@@ -101,7 +101,7 @@ def test_throwaway_debezium_connector_streams_an_inserted_row(
     finally:
         client.delete(f"/connectors/{name}")
         client.close()
-        with psycopg.connect(pg.dsn(), autocommit=True) as conn:
+        with psycopg.connect(pg.dsn("owner"), autocommit=True) as conn:
             for _ in range(30):
                 active = conn.execute(
                     "SELECT active FROM pg_replication_slots WHERE slot_name = %s",
@@ -111,8 +111,8 @@ def test_throwaway_debezium_connector_streams_an_inserted_row(
                     break
                 time.sleep(1)
         repl_dsn = (
-            f"host={pg.host} port={pg.port} dbname={pg.database} user={pg.replication_user} "
-            f"password={pg.replication_password.get_secret_value()}"
+            f"host={pg.host} port={pg.port} dbname={pg.database} user={pg.replication.user} "
+            f"password={pg.replication.password.get_secret_value()}"
         )
         with psycopg.connect(repl_dsn, autocommit=True) as repl:
             repl.execute(
@@ -120,7 +120,7 @@ def test_throwaway_debezium_connector_streams_an_inserted_row(
                 "WHERE slot_name = %s AND NOT active",
                 (f"slot_{unique}",),
             )
-        with psycopg.connect(pg.dsn(), autocommit=True) as conn:
+        with psycopg.connect(pg.dsn("owner"), autocommit=True) as conn:
             conn.execute(
                 sql.SQL("DROP PUBLICATION IF EXISTS {}").format(sql.Identifier(f"pub_{unique}"))
             )

@@ -44,7 +44,7 @@ def test_down_stops_only_its_processes_and_keeps_data(settings: Settings) -> Non
     stack = Stack(settings)
     stack.up()
     marker = f"lifecycle-{uuid.uuid4().hex}"
-    with psycopg.connect(settings.postgres.dsn(), autocommit=True) as conn:
+    with psycopg.connect(settings.postgres.dsn("owner"), autocommit=True) as conn:
         conn.execute("CREATE TABLE IF NOT EXISTS lifecycle_probe (note text PRIMARY KEY)")
         conn.execute("INSERT INTO lifecycle_probe VALUES (%s)", (marker,))
     pids = _pids(stack)
@@ -66,7 +66,7 @@ def test_down_stops_only_its_processes_and_keeps_data(settings: Settings) -> Non
 
         result = stack.up()
         assert set(result.started) == set(SERVICE_ORDER)
-        with psycopg.connect(settings.postgres.dsn(), autocommit=True) as conn:
+        with psycopg.connect(settings.postgres.dsn("owner"), autocommit=True) as conn:
             assert conn.execute(
                 "SELECT 1 FROM lifecycle_probe WHERE note = %s", (marker,)
             ).fetchone()

@@ -41,13 +41,13 @@ def unique() -> str:
 
 @pytest.fixture
 def pg(settings: Settings) -> Iterator[psycopg.Connection]:
-    """An autocommit connection as the application role."""
-    with psycopg.connect(settings.postgres.dsn(), autocommit=True) as conn:
+    """An autocommit connection as the owner (tests inspect rows no runtime role may touch)."""
+    with psycopg.connect(settings.postgres.dsn("owner"), autocommit=True) as conn:
         yield conn
 
 
 @pytest.fixture
 def redis_conn(settings: Settings) -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(settings.redis.url, socket_timeout=5)
+    client = redis.Redis.from_url(settings.redis.url.get_secret_value(), socket_timeout=5)
     yield client
     client.close()

@@ -51,18 +51,40 @@ def start_local(settings: Settings) -> None:
 
 
 def start_docker(settings: Settings, root: Path) -> object:
-    """``docker compose up`` the same stack, then provision schema/topics/connector."""
+    """``docker compose up`` the same stack; its one-shot ``provision`` service creates the
+    roles, migrates, creates the topics and registers the connector (docker-compose.yml).
+
+    The tests' own connectors (the sandboxes') are registered from the host, so the
+    session's settings learn what Connect reaches inside the compose network: PostgreSQL
+    as ``postgres:5432`` and the secrets folder mounted at ``/etc/kafka-connect/secrets``
+    (a sandbox then uses the stack's replication login, whose file compose mounts).
+    """
+    import json
+    import subprocess
+    import time
+
     from testcontainers.compose import DockerCompose
 
     compose = DockerCompose(str(root), compose_file_name="docker-compose.yml", wait=True)
     compose.start()
-    from streams.adapters import migrate
-    from streams.adapters.connect import apply_outbox_connector
-    from streams.adapters.kafka import ensure_topics
-    from streams.adapters.provision import provision_publication
-
-    migrate.upgrade(settings.postgres)
-    provision_publication(settings.postgres)
-    ensure_topics(settings.kafka)
-    apply_outbox_connector(settings, root)
+    deadline = time.monotonic() + 300
+    while True:
+        listed = subprocess.run(
+            ["docker", "compose", "ps", "-a", "--format", "json", "provision"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        rows = [json.loads(line) for line in listed.splitlines() if line.strip()]
+        if rows and rows[0].get("State") == "exited":
+            if rows[0].get("ExitCode") != 0:
+                raise RuntimeError(f"the compose provision service failed: {rows[0]}")
+            break
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the compose provision service did not finish: {rows}")
+        time.sleep(2)
+    settings.connect.database_host = "postgres"
+    settings.connect.database_port = 5432
+    settings.connect.secrets_dir = "/etc/kafka-connect/secrets"
     return compose

@@ -18,9 +18,9 @@ from jsonschema import (  # type: ignore[import-untyped]
     ValidationError,
 )
 
+from streams.billing.dead_letters import DeadLetters
 from streams.domain.codec import encode, headers_dict
 from streams.domain.events import Envelope
-from streams.invoicing.dlq import DeadLetters
 from streams.schemas.render import ASYNCAPI_FILE, message_id, render_asyncapi
 from streams.topics import ACCOUNT_EVENTS, ACCOUNT_EVENTS_DLQ, INVOICES, REGISTRY
 from tests.unit.test_schemas import TOPIC_MODELS, sample_events

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import json
+import os
+import re
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 from urllib.parse import urlparse
 
 import pytest
 import yaml
 
-from streams.settings import Settings
+from streams.adapters.connect import FILE_CONFIG_PROVIDER, render_outbox_config
+from streams.settings import RoleName, Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -44,7 +48,7 @@ def test_host_ports_equal_settings_defaults(compose: dict[str, Any]) -> None:
     s = defaults()
     services = compose["services"]
     assert host_ports(services["postgres"]) == {s.postgres.port}
-    assert host_ports(services["redis"]) == {urlparse(s.redis.url).port}
+    assert host_ports(services["redis"]) == {urlparse(s.redis.url.get_secret_value()).port}
     assert host_ports(services["kafka"]) == {int(s.kafka.bootstrap_servers.rsplit(":", 1)[1])}
     assert host_ports(services["connect"]) == {urlparse(s.connect.url).port}
     assert host_ports(services["smtp"]) == {s.smtp.port}
@@ -52,17 +56,107 @@ def test_host_ports_equal_settings_defaults(compose: dict[str, Any]) -> None:
 
 
 def test_postgres_environment_equals_settings(compose: dict[str, Any]) -> None:
+    """The database's superuser is the `provision` service's alone: it is none of the
+    settings' logins, and nothing that runs the application knows its password."""
     s = defaults()
     pg = compose["services"]["postgres"]
     env = pg["environment"]
-    assert env["POSTGRES_USER"] == s.postgres.user
-    assert env["POSTGRES_PASSWORD"] == s.postgres.password.get_secret_value()
-    assert env["POSTGRES_DB"] == s.postgres.database
-    assert env["INVOICING_REPLICATION_USER"] == s.postgres.replication_user
-    assert (
-        env["INVOICING_REPLICATION_PASSWORD"] == s.postgres.replication_password.get_secret_value()
-    )
+    logins = {s.postgres.role(r).user for r in get_args(RoleName)}
+    assert env["POSTGRES_USER"] not in logins
     assert "wal_level=logical" in pg["command"]
+    provision = compose["services"]["provision"]["environment"]
+    assert (provision["PGUSER"], provision["PGPASSWORD"]) == (
+        env["POSTGRES_USER"],
+        env["POSTGRES_PASSWORD"],
+    )
+    assert provision["PGHOST"] == "postgres"
+    for name in ("invoicing-worker", "email-sender", "connect", "smtp", "tax"):
+        values = [str(v) for v in (compose["services"][name].get("environment") or {}).values()]
+        assert env["POSTGRES_PASSWORD"] not in values, name
+        assert not {"PGUSER", "PGPASSWORD"} & set(
+            compose["services"][name].get("environment") or {}
+        )
+
+
+def test_the_database_is_the_settings_database(compose: dict[str, Any]) -> None:
+    """`provision` creates the settings' database (owned by the owner login) as the
+    superuser: the image's POSTGRES_DB is only the superuser's maintenance database."""
+    s = defaults()
+    command = " ".join(compose["services"]["provision"]["command"])
+    assert "invoicing db provision" in command and "invoicing db migrate" in command
+    assert "INVOICING_POSTGRES__DATABASE" not in compose["services"]["provision"]["environment"]
+    assert s.postgres.database == "invoicing"
+
+
+def _compose_settings(compose: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> Settings:
+    """The settings the `provision` service runs with (its environment over the defaults)."""
+    for name in list(os.environ):
+        if name.startswith("INVOICING_"):
+            monkeypatch.delenv(name)
+    for name, value in compose["services"]["provision"]["environment"].items():
+        if name.startswith("INVOICING_"):
+            monkeypatch.setenv(name, str(value))
+    return Settings()
+
+
+def _mounts(service: dict[str, Any]) -> dict[str, Path]:
+    """container path → host path of a service's bind mounts."""
+    out = {}
+    for volume in service.get("volumes", []):
+        host, container, *_ = str(volume).split(":")
+        out[container] = (ROOT / host).resolve()
+    return out
+
+
+def test_the_compose_connector_config_names_compose_hosts_and_no_password(
+    compose: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under compose, the connector config is rendered by `provision` inside the compose
+    network: Connect must reach PostgreSQL as the `postgres` service on its container port,
+    and read the password through the file config provider from a mounted file."""
+    settings = _compose_settings(compose, monkeypatch)
+    config = render_outbox_config(settings, ROOT)
+    services = compose["services"]
+    assert config["database.hostname"] in services
+    assert config["database.hostname"] == "postgres"
+    assert config["database.port"] == "5432"
+    assert {str(p).split(":")[-1] for p in services["postgres"]["ports"]} == {"5432"}
+    assert "127.0.0.1" not in json.dumps(config)
+
+    # ${file:<path>:password}, <path> inside a folder mounted into the connect service.
+    match = re.fullmatch(r"\$\{file:(?P<path>[^:}]+):password\}", config["database.password"])
+    assert match, config["database.password"]
+    folder, _, name = match["path"].rpartition("/")
+    connect = services["connect"]
+    host_file = _mounts(connect)[folder] / name
+    stored = dict(
+        line.split("=", 1)
+        for line in host_file.read_text().splitlines()
+        if line and not line.startswith("#")
+    )
+    password = settings.postgres.replication.password.get_secret_value()
+    assert stored["password"] == password
+    secret_keys = [k for k in config if "password" in k]
+    assert secret_keys == ["database.password"]
+    env = connect["environment"]
+    assert env["CONNECT_CONFIG_PROVIDERS"] == "file"
+    assert env["CONNECT_CONFIG_PROVIDERS_FILE_CLASS"] == FILE_CONFIG_PROVIDER
+    assert env["CONNECT_CONFIG_PROVIDERS_FILE_PARAM_ALLOWED_PATHS"] == folder
+    assert config["database.user"] == settings.postgres.replication.user
+
+
+def test_the_local_connector_config_is_rendered_from_host_settings() -> None:
+    """The same template on the local stack: host settings, the local secrets folder."""
+    s = defaults()
+    config = render_outbox_config(s, ROOT)
+    assert (config["database.hostname"], config["database.port"]) == (
+        s.postgres.host,
+        str(s.postgres.port),
+    )
+    assert config["database.password"] == (
+        f"${{file:{s.stack.local_dir}/conf/connect-secrets/{s.postgres.replication.user}"
+        ".properties:password}"
+    )
 
 
 def test_kafka_advertises_the_settings_bootstrap_address(compose: dict[str, Any]) -> None:

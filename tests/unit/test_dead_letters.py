@@ -1,11 +1,12 @@
-"""Dead-lettering never crash-loops the worker (streams/invoicing/dlq.py, worker.py).
+"""Dead-lettering never crash-loops the worker (streams/billing/dead_letters.py, worker.py).
 
 A record too large for the dead-letter topic is sent truncated, with a header
 saying so; every other failure to produce is a :class:`DeadLetterError`, which
 the worker answers with a backoff and a rewind (invariant 5, DESIGN §3: bad
 input never stalls a partition and is never dropped silently). A fake producer
-stands in for librdkafka; tests/integration/test_dead_letters.py checks the
-size refusals against the real broker.
+that refuses on demand stands in for librdkafka (the worker's database and
+consumer are the in-memory twins); tests/integration/test_dead_letters.py checks
+the size refusals against the real broker.
 """
 
 from __future__ import annotations
@@ -15,13 +16,16 @@ from collections.abc import Callable
 from typing import Any, cast
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import KafkaError, KafkaException
 from prometheus_client import REGISTRY
 
 from streams.adapters.kafka import Record
+from streams.adapters.memory.database import InMemoryDatabase
+from streams.adapters.memory.kafka import InMemoryKafka
+from streams.adapters.memory.stores import MEMORY
 from streams.adapters.memory.tax import InMemoryTaxService
-from streams.invoicing import store
-from streams.invoicing.dlq import TRUNCATED_VALUE_BYTES, DeadLetterError, DeadLetters
+from streams.billing import rows
+from streams.billing.dead_letters import TRUNCATED_VALUE_BYTES, DeadLetterError, DeadLetters
 from streams.invoicing.worker import InvoicingWorker, _Batch
 from streams.settings import Settings
 
@@ -43,19 +47,24 @@ class FakeProducer:
         self,
         topic: str,
         *,
-        key: bytes | None,
-        value: bytes | None,
-        headers: list[tuple[str, bytes]],
-        on_delivery: Callable[[KafkaError | None, Any], None],
+        key: bytes | None = None,
+        value: bytes | None = None,
+        headers: list[tuple[str, str | bytes | None]] | None = None,
+        partition: int = -1,
+        on_delivery: Callable[[KafkaError | None, Any], None] | None = None,
     ) -> None:
-        record = (key, value, list(headers))
+        record = (key, value, cast(list[tuple[str, bytes]], list(headers or [])))
         outcome = self.refuse(record)
         if isinstance(outcome, BaseException):
             raise outcome
         self.produced.append(record)
+        assert on_delivery is not None
         self._reports.append((on_delivery, outcome))
 
-    def flush(self, timeout: float) -> int:
+    def poll(self, timeout: float = -1) -> int:
+        return self.flush(timeout)
+
+    def flush(self, timeout: float = -1) -> int:
         for callback, err in self._reports:
             callback(err, None)
         self._reports.clear()
@@ -72,7 +81,7 @@ def too_large_over(limit: int) -> Callable[[Produced], BaseException | None]:
 
 
 def publish(producer: FakeProducer, *, value: bytes, headers: list[tuple[str, bytes]]) -> None:
-    DeadLetters(cast(Producer, producer), "dlq", "invoicing").publish(
+    DeadLetters(producer, "dlq", "invoicing").publish(
         key=b"cust-1",
         value=value,
         headers=headers,
@@ -160,12 +169,16 @@ def test_a_delivery_error_is_a_dead_letter_error() -> None:
 
 
 def make_worker(settings: Settings, producer: FakeProducer) -> InvoicingWorker:
+    """A worker on the twins (in-memory database and Kafka), dead-lettering through
+    ``producer``."""
+    kafka = InMemoryKafka()
     return InvoicingWorker(
         settings,
-        pool=cast(Any, None),
+        pool=InMemoryDatabase(),
+        stores=MEMORY,
         tax=InMemoryTaxService(),
-        consumer=cast(Consumer, object()),
-        producer=cast(Producer, producer),
+        consumer=kafka.consumer(settings.worker.invoicing_group),
+        producer=producer,
     )
 
 
@@ -177,7 +190,7 @@ def bad_record(
 
 def dead_letter(worker: InvoicingWorker, msg: Record) -> tuple[bool, _Batch]:
     batch = _Batch()
-    source = store.SourceCoordinates(msg.topic, msg.partition, msg.offset)
+    source = rows.SourceCoordinates(msg.topic, msg.partition, msg.offset)
     ok = worker._dead_letter_invalid(batch, msg, source, "value is not JSON")
     return ok, batch
 

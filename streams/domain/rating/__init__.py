@@ -15,6 +15,10 @@ Modules:
   of a period under one plan version each;
 * :mod:`~streams.domain.rating.rate` — the rated invoice: lines, pass-through
   lines, holds, the subtotal rounded once;
+* :mod:`~streams.domain.rating.priced` — a rated invoice as the billing kernel
+  issues it (:func:`priced_invoice`: usage lines billed, charges, rating summary);
+* :mod:`~streams.domain.rating.published` — the published price book: immutable
+  entries (metrics, plan versions), their canonical content, the book they make;
 * :mod:`~streams.domain.rating.errors` — :class:`RatingError`,
   :class:`PriceBookError`.
 """
@@ -49,6 +53,7 @@ from streams.domain.rating.book import (
     price_book_json_schema,
 )
 from streams.domain.rating.errors import PriceBookError, PriceBookIssue, RatingError
+from streams.domain.rating.priced import is_rated, priced_invoice
 from streams.domain.rating.pricing import PRORATION_DECIMALS, Priced, TierPart, prorate
 from streams.domain.rating.rate import (
     ChargeLine,
@@ -100,11 +105,13 @@ __all__ = [
     "Usage",
     "Volume",
     "day_plans",
+    "is_rated",
     "load_price_book",
     "new_state",
     "period_days",
     "price_book_from_data",
     "price_book_json_schema",
+    "priced_invoice",
     "prorate",
     "rate",
     "rate_events",

@@ -12,7 +12,7 @@ redelivery therefore becomes (source record, customer) instead of the source
 record alone, which let only the first customer's hold in.
 
 Writers use ``ON CONFLICT (source_topic, source_partition, source_offset,
-customer_id) DO NOTHING`` (:func:`streams.invoicing.worker.record_hold`).
+customer_id) DO NOTHING`` (:func:`streams.billing.store.holds.record_hold`).
 """
 
 from alembic import op

@@ -86,16 +86,45 @@ The request and answer bodies are :mod:`streams.adapters.tax.wire`'s, shared wit
 the real client.
 """
 
-from streams.stack.fake_tax.process import FakeTaxAdmin, FakeTaxProcess, running_fake_tax
-from streams.stack.fake_tax.server import (
-    FakeTaxConfig,
-    FakeTaxServer,
-    Outcome,
-    RequestRecord,
-    build_parser,
-    main,
-    serve,
-)
+from typing import TYPE_CHECKING, Any
+
+from streams.stack.fake_tax.config import FakeTaxConfig
+
+if TYPE_CHECKING:
+    from streams.stack.fake_tax.process import FakeTaxAdmin, FakeTaxProcess, running_fake_tax
+    from streams.stack.fake_tax.server import (
+        FakeTaxServer,
+        Outcome,
+        RequestRecord,
+        build_parser,
+        main,
+        serve,
+    )
+
+#: Names re-exported from the server and process modules, imported on first use so that
+#: ``import streams.stack.fake_tax`` (e.g. for :class:`FakeTaxConfig`) stays light: the
+#: server pulls in aiohttp, which costs seconds of start-up in every worker process.
+_LAZY = {
+    "FakeTaxAdmin": "process",
+    "FakeTaxProcess": "process",
+    "running_fake_tax": "process",
+    "FakeTaxServer": "server",
+    "Outcome": "server",
+    "RequestRecord": "server",
+    "build_parser": "server",
+    "main": "server",
+    "serve": "server",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+
 
 __all__ = [
     "FakeTaxAdmin",

@@ -18,10 +18,11 @@ from pathlib import Path
 from typing import IO, Any, Literal
 
 from aiohttp import web
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from streams.adapters.tax import wire
 from streams.billing.ports import TaxRejected
+from streams.stack.fake_tax.config import FakeTaxConfig
 from streams.stack.fake_tax.engine import TaxLedger, rate_for
 
 __all__ = [
@@ -37,31 +38,6 @@ __all__ = [
 logger = logging.getLogger("streams.stack.fake_tax")
 
 Outcome = Literal["ok", "replay", "error", "timeout", "conflict", "invalid"]
-
-
-class FakeTaxConfig(BaseModel):
-    """The fake's knobs; all latencies in seconds, rates and probabilities in 0..1."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    base_latency_s: float = Field(0.02, ge=0)
-    per_line_latency_s: float = Field(0.0, ge=0)
-    spike_probability: float = Field(0.0, ge=0, le=1)
-    spike_latency_s: float = Field(0.0, ge=0)
-    #: Share of document requests answered ``error_status`` before any work.
-    error_rate: float = Field(0.0, ge=0, le=1)
-    error_status: int = Field(503, ge=400, le=599)
-    #: Share of document requests held ``timeout_latency_s`` before answering.
-    timeout_rate: float = Field(0.0, ge=0, le=1)
-    timeout_latency_s: float = Field(60.0, ge=0)
-    #: The next N document requests answer ``error_status`` (deterministic faults).
-    fail_next: int = Field(0, ge=0)
-    #: The next N document requests time out (deterministic faults).
-    timeout_next: int = Field(0, ge=0)
-    #: Lines allowed per document request (more → 413).
-    max_lines: int = Field(wire.MAX_LINES_PER_REQUEST, ge=1)
-    #: Seed of the fault/latency draws; setting it (also via PUT) restarts the sequence.
-    seed: int | None = None
 
 
 class RequestRecord(BaseModel):

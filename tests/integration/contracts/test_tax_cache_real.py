@@ -30,7 +30,7 @@ class TestRedisTaxCache(TaxCacheContract):
     @pytest.fixture
     def harness(self, settings: Settings) -> Iterator[CacheHarness]:
         prefix = f"test:contract:{uuid.uuid4().hex}:"
-        live = redis.Redis.from_url(settings.redis.url, socket_timeout=5)
+        live = redis.Redis.from_url(settings.redis.url.get_secret_value(), socket_timeout=5)
         dead = redis.Redis(
             host="127.0.0.1",
             port=free_port(),

@@ -1,4 +1,10 @@
-"""The dead-letter topic: bad records leave the partition with a reason, never silently.
+"""The dead-letter sink: bad records leave the partition with a reason, never silently.
+
+Used by the invoicing worker (``billing.account-events.dlq.v1``) and the email
+sender (``billing.invoices.dlq.v1``). A worker's dead-lettered record also holds
+the invoice of every customer it could belong to (:func:`customers_of`,
+:func:`period_of`; the hold itself is :func:`streams.billing.store.holds.record_hold`,
+written in the transaction that moves past the record).
 
 A dead-lettered record keeps its original key, value and headers, plus headers
 that say why and where it came from (DESIGN §3, invariant 5):
@@ -36,12 +42,20 @@ retries the record after a backoff without committing its offset.
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, Message, Producer
+from confluent_kafka import KafkaError, KafkaException, Message
 
-from streams.invoicing.metrics import DEAD_LETTERED, DEAD_LETTERS_TRUNCATED
+from streams.adapters.kafka import Record
+from streams.billing.metrics import DEAD_LETTERED, DEAD_LETTERS_TRUNCATED
+from streams.billing.ports import KafkaSink
+from streams.domain.periods import PERIOD_PATTERN
+
+_PERIOD_RE = re.compile(PERIOD_PATTERN)
 
 #: Bytes of the original value kept in a truncated dead-letter record.
 TRUNCATED_VALUE_BYTES = 4096
@@ -68,10 +82,12 @@ class _TooLarge(Exception):
 
 
 class DeadLetters:
-    """Publishes dead-letter records to one topic and waits for their delivery."""
+    """Publishes dead-letter records to one topic and waits for their delivery
+    (the :class:`~streams.billing.ports.DeadLetterSink` port, on a
+    :class:`~streams.billing.ports.KafkaSink`)."""
 
     def __init__(
-        self, producer: Producer, topic: str, group_id: str, timeout_s: float = 30.0
+        self, producer: KafkaSink, topic: str, group_id: str, timeout_s: float = 30.0
     ) -> None:
         self._producer = producer
         self.topic = topic
@@ -191,3 +207,58 @@ class DeadLetters:
                 f"dead-letter record for {where} not delivered: "
                 f"{errors[0] if errors else 'timeout'}"
             )
+
+
+# --------------------------------------------------------------------------- attribution
+
+
+def header_text(msg: Record, name: str) -> str | None:
+    """The first header ``name`` of ``msg`` as UTF-8 text; None if absent or not UTF-8."""
+    for key, value in msg.headers:
+        if key == name:
+            try:
+                return value.decode()
+            except UnicodeDecodeError:
+                return None
+    return None
+
+
+def customer_text(raw: bytes | str | None) -> str | None:
+    """``raw`` as a customer id if it is usable: UTF-8 text of 1 to 128 characters."""
+    if isinstance(raw, bytes):
+        try:
+            raw = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    return raw if isinstance(raw, str) and 0 < len(raw) <= 128 else None
+
+
+def _payload_of(msg: Record) -> dict[str, Any] | None:
+    """The record's value if it is a JSON object, else None."""
+    try:
+        payload = json.loads(msg.value or b"")
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return payload if isinstance(payload, dict) else None
+
+
+def customers_of(msg: Record) -> list[str]:
+    """Every customer a bad record could belong to, without repeats: its key, its
+    ``ce_subject`` header and its value's ``customer_id``, each when it is usable
+    (:func:`customer_text`). Empty when none is: the record cannot be attributed."""
+    subject = next((value for name, value in msg.headers if name == "ce_subject"), None)
+    payload = _payload_of(msg)
+    candidates = [
+        customer_text(msg.key),
+        customer_text(subject),
+        customer_text(payload.get("customer_id") if payload else None),
+    ]
+    return list(dict.fromkeys(c for c in candidates if c is not None))
+
+
+def period_of(msg: Record) -> str | None:
+    """The billing period a bad record names, if its value is JSON with a valid one
+    (then only that period is held; otherwise every period of the customer)."""
+    payload = _payload_of(msg)
+    period = payload.get("billing_period") if payload else None
+    return period if isinstance(period, str) and _PERIOD_RE.match(period) else None

@@ -1,0 +1,178 @@
+"""Twin of the fence tables of :mod:`streams.billing.fencing` (the
+:class:`~streams.billing.ports.FenceStore` port over a
+:class:`~streams.adapters.memory.database.MemoryConnection`): ``partition_fences``,
+``lease_fences`` and ``close_requests`` in memory, with the same errors.
+
+The rules kept: a partition claim moves only upward (a higher generation wins; the
+same token again is a no-op; a lower generation, or an equal one of another member,
+is refused with :class:`~streams.billing.fencing.ClaimRefused`) and commits in a
+transaction of its own (a savepoint inside an open one, as psycopg's
+``conn.transaction()``); a check refuses every token but the stored one with
+:class:`~streams.billing.fencing.Fenced`. The check and the writes after it are
+atomic: the twin's transaction holds the whole database until it ends, so a claim
+waits for a write in flight (PostgreSQL: the check's ``FOR SHARE`` row lock). A lease
+fence accepts a number not lower than the recorded one and records it; a close
+request is inserted once per (customer, period), and read back.
+"""
+
+from __future__ import annotations
+
+import psycopg
+
+from streams.adapters.memory.database import MemoryConnection
+from streams.adapters.memory.store.tables import (
+    CLOSE_REQUESTS,
+    LEASE_FENCES,
+    PARTITION_FENCES,
+    CloseRequestRow,
+    LeaseFenceRow,
+    PartitionFenceRow,
+    check_period,
+)
+from streams.billing.fencing import (
+    ClaimRefused,
+    CloseRequest,
+    Fenced,
+    FencingToken,
+    LeaseFence,
+    LeaseFenced,
+    LeaseStoreError,
+)
+
+__all__ = [
+    "check",
+    "check_lease_fence",
+    "claim",
+    "lease_fence_floor",
+    "request_close",
+    "reset_group",
+]
+
+
+def claim(conn: MemoryConnection, token: FencingToken) -> None:
+    """Claim ``token``'s partition upward, in its own transaction (commits).
+
+    Raises:
+        ClaimRefused: the stored generation is higher, or equal with another member.
+    """
+    with conn.transaction(), conn.statement("fences.claim") as stmt:
+        table = stmt.table(PARTITION_FENCES)
+        key = (token.group_id, token.topic, token.partition)
+        stored: PartitionFenceRow | None = table.get(key)
+        if stored is None or stored.generation < token.generation:
+            table[key] = PartitionFenceRow(
+                token.group_id,
+                token.topic,
+                token.partition,
+                token.generation,
+                token.member_id,
+                stmt.now,
+            )
+            return
+        pair = (stored.generation, stored.member_id)
+    if pair != (token.generation, token.member_id):
+        raise ClaimRefused(token, pair)
+
+
+def check(conn: MemoryConnection, token: FencingToken) -> None:
+    """Inside the caller's transaction: verify the partition's fence still holds ``token``.
+
+    Raises:
+        Fenced: the row holds another token (or none).
+    """
+    with conn.statement("fences.check") as stmt:
+        stored: PartitionFenceRow | None = stmt.table(PARTITION_FENCES).get(
+            (token.group_id, token.topic, token.partition)
+        )
+    pair = (stored.generation, stored.member_id) if stored is not None else None
+    if pair != (token.generation, token.member_id):
+        raise Fenced(token, pair)
+
+
+def reset_group(conn: MemoryConnection, group_id: str) -> int:
+    """Delete every fence row of ``group_id``; returns how many (commits)."""
+    with conn.transaction(), conn.statement("fences.reset_group") as stmt:
+        table = stmt.table(PARTITION_FENCES)
+        keys = [key for key in table if key[0] == group_id]
+        for key in keys:
+            del table[key]
+        return len(keys)
+
+
+def check_lease_fence(conn: MemoryConnection, lease_name: str, token: int, holder: str) -> None:
+    """Accept this transaction's writes only if ``token`` is the highest fencing number
+    seen for ``lease_name`` (recording it); equal numbers pass.
+
+    Raises:
+        LeaseFenced: a higher number is recorded.
+        LeaseStoreError: the database failed (an injected failure, the twin down).
+    """
+    try:
+        with conn.statement("fences.check_lease_fence") as stmt:
+            table = stmt.table(LEASE_FENCES)
+            current: LeaseFenceRow | None = table.get(lease_name)
+            if current is None or current.fencing_token <= token:
+                table[lease_name] = LeaseFenceRow(lease_name, token, holder, stmt.now)
+                return
+    except psycopg.Error as exc:
+        raise LeaseStoreError(
+            f"checking the fence of lease {lease_name!r} failed: {exc}",
+            lease=lease_name,
+            sqlstate=exc.sqlstate,
+        ) from exc
+    raise LeaseFenced(
+        f"lease {lease_name!r}: fencing token {token} of {holder!r} is stale; "
+        f"{current.holder!r} holds {current.fencing_token}",
+        lease=lease_name,
+        token=token,
+        current_token=current.fencing_token,
+        current_holder=current.holder,
+    )
+
+
+def lease_fence_floor(conn: MemoryConnection, lease_name: str) -> int:
+    """The highest fencing number recorded for ``lease_name`` (0 if none).
+
+    Raises:
+        LeaseStoreError: the database failed.
+    """
+    try:
+        with conn.statement("fences.lease_fence_floor") as stmt:
+            current: LeaseFenceRow | None = stmt.table(LEASE_FENCES).get(lease_name)
+    except psycopg.Error as exc:
+        raise LeaseStoreError(
+            f"reading the fence of lease {lease_name!r} failed: {exc}",
+            lease=lease_name,
+            sqlstate=exc.sqlstate,
+        ) from exc
+    return current.fencing_token if current is not None else 0
+
+
+def request_close(
+    conn: MemoryConnection,
+    fence: LeaseFence,
+    customer_id: str,
+    billing_period: str,
+    event_id: str,
+) -> CloseRequest:
+    """Inside the caller's transaction: the lease fence check, then the customer's
+    ``close_requests`` row (inserted once; the stored one when it exists).
+
+    Raises:
+        LeaseFenced: a newer holder of the lease exists.
+        LeaseStoreError: the database failed.
+    """
+    check_lease_fence(conn, fence.lease_name, fence.fencing_token, fence.holder)
+    with conn.statement("fences.request_close") as stmt:
+        check_period(stmt, CLOSE_REQUESTS, billing_period)
+        table = stmt.table(CLOSE_REQUESTS)
+        key = (customer_id, billing_period)
+        row: CloseRequestRow | None = table.get(key)
+        taken = any(r.event_id == event_id for r in table.values())
+        new = row is None and not taken
+        if new:
+            row = table[key] = CloseRequestRow(
+                customer_id, billing_period, event_id, fence.fencing_token, stmt.now
+            )
+    assert row is not None  # inserted, or found by the conflict
+    return CloseRequest(new, row.requested_at, row.lease_fencing_token)
