@@ -558,18 +558,42 @@ def replay_period(
 # ================================================================================================
 
 
-def view_price_books(settings: Settings, price_book: Path | None = None) -> PriceBookSource:
+def view_price_books(
+    settings: Settings, price_book: Path | None = None, *, wait_s: float = 10.0
+) -> PriceBookSource:
     """The view's price book source: ``price_book`` (or ``settings.view.price_book``), a
-    file reloaded when it changes; neither: the empty book (pass-through customers only).
+    file reloaded when it changes; neither: the published book, read from the
+    price-book topic (under ``kafka.topic_prefix``) by a daemon thread on a reader
+    consumer, after waiting up to ``wait_s`` for it to reach the topic's end (so the
+    first records are rated under the book the invoice job will use).
 
     Raises:
         PriceBookError: the file does not validate.
         OSError: the file cannot be read.
     """
-    from streams.usage_view.price_book import FilePriceBook, StaticPriceBook
+    from streams.topics import PRICE_BOOK
+    from streams.usage_view.price_book import (
+        FilePriceBook,
+        PriceBookTopicReader,
+        PublishedPriceBook,
+    )
 
     path = price_book or settings.view.price_book
-    return FilePriceBook(path) if path is not None else StaticPriceBook()
+    if path is not None:
+        return FilePriceBook(path)
+    spec = PRICE_BOOK.with_prefix(settings.kafka.topic_prefix)
+    readers: list[PriceBookTopicReader] = []
+    book = PublishedPriceBook(sync=lambda timeout_s: readers[0].caught_up(timeout_s))
+    reader = PriceBookTopicReader(
+        make_reader(settings.kafka, f"{settings.view.group}-price-book"),
+        spec.name,
+        spec.partitions,
+        book,
+    )
+    readers.append(reader)
+    if not reader.caught_up(wait_s):
+        log.warning("usage view: the price book topic %s not read to its end yet", spec.name)
+    return book
 
 
 def view_config(settings: Settings, *, port: int | None = None) -> ViewConfig:

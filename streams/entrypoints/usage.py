@@ -27,7 +27,7 @@ PriceBookOption = typer.Option(
     None,
     "--price-book",
     help="Price book YAML to rate under, reloaded when it changes "
-    "(default: INVOICING_VIEW__PRICE_BOOK; none: the empty book).",
+    "(default: INVOICING_VIEW__PRICE_BOOK; none: the published book, read from billing.price-book.v1).",
     exists=True,
     dir_okay=False,
 )

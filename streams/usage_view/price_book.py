@@ -3,22 +3,18 @@
 The view asks a :class:`PriceBookSource` for the book in force on every request
 and on every metered event (``current()``). The sources:
 
-* :class:`DatabasePriceBook` — the book published in PostgreSQL (``invoicing plans
-  publish``), the one the invoice job rates under: the default when no file is given.
-
 * :class:`FilePriceBook` — a YAML file (``--price-book FILE`` or
   ``INVOICING_VIEW__PRICE_BOOK``), loaded with the rating core's validating
   loader and reloaded when the file changes; a file that stops validating is
   logged and the last good book kept.
-* :class:`PublishedPriceBooks` — the published versions (``invoicing plans
-  publish`` → the compacted price-book topic). Whoever reads that topic calls
-  :meth:`PublishedPriceBooks.publish` with each record's book (its JSON, as
-  ``price_book_from_data`` reads it); the newest label wins. The faust app does
-  that when a topic is configured (issue 12's wiring); until then the file.
+* :class:`PublishedPriceBook` — the published entries (``invoicing plans publish``),
+  read from the compacted topic ``billing.price-book.v1`` by a
+  :class:`PriceBookTopicReader`: the same entries the invoice job reads from
+  PostgreSQL, so the view needs no database login. The default when no file is given.
 
-With neither, the view rates under the empty book: pure pass-through customers
-(the FOCUS re-billing) need none; metered usage is held as ``unknown_metric``,
-exactly as the invoice job would hold it.
+With no entry published (and no file), the view rates under the empty book: pure
+pass-through customers (the FOCUS re-billing) need none; metered usage is held as
+``unknown_metric``, exactly as the invoice job would hold it.
 """
 
 from __future__ import annotations
@@ -26,11 +22,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from streams.domain.rating import PriceBook, PriceBookError, load_price_book, price_book_from_data
+from streams.domain.rating import PriceBook, PriceBookError, load_price_book
+from streams.domain.rating.published import Entry, assemble
 
 log = logging.getLogger(__name__)
 
@@ -99,75 +96,143 @@ class FilePriceBook:
             return self._book, f"file {self.path.name}"
 
 
-class PublishedPriceBooks:
-    """The published price book versions, as read from the compacted topic; the book
-    of the greatest label (``version``, compared as given) is in force."""
+class PublishedPriceBook:
+    """The published price book, assembled from the entries of the compacted topic
+    ``billing.price-book.v1`` (``invoicing plans publish`` writes every entry there
+    after committing it to PostgreSQL, where the invoice job reads the same entries),
+    with :func:`streams.domain.rating.published.assemble`, the rule the database side
+    uses. A reader (:class:`PriceBookTopicReader`) calls :meth:`take` per record.
 
-    def __init__(self, fallback: PriceBookSource | None = None) -> None:
-        self._lock = threading.Lock()
-        self._books: dict[str, PriceBook] = {}
-        self._fallback = fallback or StaticPriceBook()
-
-    def publish(self, version: str, data: Mapping[str, Any]) -> None:
-        """Take one published version (``book.model_dump(mode="json")``).
-
-        Raises:
-            PriceBookError: the data is not a valid price book.
-        """
-        book = price_book_from_data(dict(data), source=f"published version {version}")
-        with self._lock:
-            self._books[version] = book
-
-    def current(self, *, refresh: bool = False) -> tuple[PriceBook, str]:
-        with self._lock:
-            if not self._books:
-                return self._fallback.current(refresh=refresh)
-            version = max(self._books)
-            return self._books[version], f"published {version}"
-
-
-class DatabasePriceBook:
-    """The published price book, read from PostgreSQL as the invoice job reads it
-    (``invoicing plans publish`` appends entries; the same ``book_fingerprint`` /
-    ``published_book`` reads as :class:`streams.billing.rating.PriceBooks`), so the
-    preview rates under the book the invoice will.
-
-    ``read_fingerprint()`` and ``read_book()`` each open their own connection (the
-    composition root, :func:`streams.bootstrap.view_price_books`, builds them on the
-    view's own login). The book is re-read only when the fingerprint changed, and
-    the fingerprint looked at most once per ``check_every_s`` (default 2 s) unless
-    ``refresh=True``. A failed read is logged and the last good book kept; before
-    the first good read, ``fallback`` (default the empty book) answers.
+    ``sync(timeout_s)``: waits until the reader has read up to the topic's end (True)
+    or the timeout passed (False); ``current(refresh=True)`` calls it, at most once per
+    ``sync_every_s``, so a book published a moment ago is in force before a metered
+    event of its new metric is aggregated. Entries that do not assemble (cannot
+    happen after a refused-free publication) are logged and the last good book kept;
+    with no entry yet, ``fallback`` (default the empty book) answers.
     """
 
     def __init__(
         self,
-        read_fingerprint: Callable[[], tuple[int, int]],
-        read_book: Callable[[], PriceBook],
-        *,
-        check_every_s: float = 2.0,
         fallback: PriceBookSource | None = None,
+        *,
+        sync: Callable[[float], bool] | None = None,
+        sync_every_s: float = 1.0,
+        sync_timeout_s: float = 2.0,
     ) -> None:
-        self._read_fingerprint = read_fingerprint
-        self._read_book = read_book
-        self.check_every_s = check_every_s
-        self._fallback = fallback or StaticPriceBook()
         self._lock = threading.Lock()
-        self._checked = float("-inf")
-        self._loaded: tuple[tuple[int, int], PriceBook] | None = None
+        self._entries: dict[str, Entry] = {}
+        self._book: PriceBook | None = None
+        self._dirty = False
+        self._fallback = fallback or StaticPriceBook()
+        self._sync = sync
+        self._sync_every_s = sync_every_s
+        self._sync_timeout_s = sync_timeout_s
+        self._synced = float("-inf")
+
+    def take(self, entry: Entry) -> None:
+        """One published entry (a later record of the same key replaces it)."""
+        with self._lock:
+            self._entries[entry.record_key()] = entry
+            self._dirty = True
 
     def current(self, *, refresh: bool = False) -> tuple[PriceBook, str]:
+        if refresh and self._sync is not None:
+            now = time.monotonic()
+            if now - self._synced >= self._sync_every_s:
+                self._synced = now
+                self._sync(self._sync_timeout_s)
         with self._lock:
-            if refresh or time.monotonic() - self._checked >= self.check_every_s:
-                self._checked = time.monotonic()
+            if self._dirty:
+                self._dirty = False
                 try:
-                    fingerprint = self._read_fingerprint()
-                    if self._loaded is None or self._loaded[0] != fingerprint:
-                        self._loaded = (fingerprint, self._read_book())
-                        log.info("published price book (re)loaded: %s", fingerprint)
-                except Exception as exc:  # a database or book error: keep what we have
-                    log.error("published price book not read, keeping the last good one: %s", exc)
-            if self._loaded is None:
+                    self._book = assemble(self._entries.values(), source="billing.price-book.v1")
+                except PriceBookError as exc:
+                    log.error("published entries do not assemble, keeping the last book: %s", exc)
+            if self._book is None:
                 return self._fallback.current(refresh=refresh)
-            (metrics, versions), book = self._loaded
-            return book, f"published ({metrics} metric(s), {versions} plan version(s))"
+            versions = sum(len(plan.versions) for plan in self._book.plans)
+            return self._book, (
+                f"published ({len(self._book.metrics)} metric(s), {versions} plan version(s))"
+            )
+
+
+class PriceBookTopicReader:
+    """A daemon thread reading the price-book topic from its beginning into ``book``,
+    on ``consumer`` (a reader that joins no group: partitions assigned, nothing
+    committed; built by the composition root). Records that do not decode as a
+    published entry are logged and skipped (they cannot have come from ``plans
+    publish``).
+
+    :meth:`caught_up` is the ``sync`` of :class:`PublishedPriceBook`.
+    """
+
+    def __init__(self, consumer: Any, topic: str, partitions: int, book: PublishedPriceBook):
+        from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+
+        self._consumer = consumer
+        self._topic = topic
+        self._partitions = range(partitions)
+        self._book = book
+        self._next: dict[int, int] = {}
+        self._cond = threading.Condition()
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in self._partitions])
+        self._thread = threading.Thread(target=self._run, name="price-book-reader", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        from streams.domain.codec import decode
+        from streams.domain.errors import InvalidEvent
+        from streams.domain.events import BillableMetricPublished, PlanVersionPublished
+
+        last_error = ""
+        while True:
+            msg = self._consumer.poll(0.2)
+            if msg is None:
+                continue
+            if msg.error():
+                if str(msg.error()) != last_error:  # e.g. the topic does not exist yet
+                    last_error = str(msg.error())
+                    log.warning("price book topic: %s", last_error)
+                continue
+            try:
+                envelope = decode(
+                    msg.key(),
+                    msg.value(),
+                    msg.headers(),
+                    allowed=(BillableMetricPublished, PlanVersionPublished),
+                )
+            except InvalidEvent as exc:
+                log.error("price book record %d skipped: %s", msg.offset(), exc)
+            else:
+                data = envelope.data
+                if isinstance(data, BillableMetricPublished | PlanVersionPublished):
+                    self._book.take(data)
+            with self._cond:
+                self._next[msg.partition()] = msg.offset() + 1
+                self._cond.notify_all()
+
+    def caught_up(self, timeout_s: float) -> bool:
+        """Whether every partition was read up to its end as of now, waiting up to
+        ``timeout_s`` seconds (False on timeout or when the broker did not answer)."""
+        from confluent_kafka import KafkaException, TopicPartition
+
+        deadline = time.monotonic() + timeout_s
+        try:
+            ends = {
+                p: self._consumer.get_watermark_offsets(
+                    TopicPartition(self._topic, p), timeout=timeout_s, cached=False
+                )
+                for p in self._partitions
+            }
+        except KafkaException as exc:
+            log.warning("price book topic watermarks not read: %s", exc)
+            return False
+        with self._cond:
+            while True:
+                behind = [p for p, (low, high) in ends.items() if self._next.get(p, low) < high]
+                left = deadline - time.monotonic()
+                if not behind:
+                    return True
+                if left <= 0:
+                    return False
+                self._cond.wait(left)

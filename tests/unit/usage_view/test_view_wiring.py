@@ -178,7 +178,7 @@ def test_price_book_file_reloads_and_keeps_the_last_good_book(tmp_path: Path) ->
     import os
 
     from streams.domain.rating import PriceBookError
-    from streams.usage_view.price_book import FilePriceBook, PublishedPriceBooks
+    from streams.usage_view.price_book import FilePriceBook, PublishedPriceBook
 
     book_file = tmp_path / "book.yaml"
     book_file.write_text((ROOT / "examples" / "pricing" / "price-book.yaml").read_text())
@@ -195,40 +195,33 @@ def test_price_book_file_reloads_and_keeps_the_last_good_book(tmp_path: Path) ->
     bad.write_text("plans: nope\n")
     with pytest.raises(PriceBookError):
         FilePriceBook(bad)
-    published = PublishedPriceBooks(fallback=source)
-    assert published.current()[0].plans == ()
-    published.publish("2024-07-01.1", book.model_dump(mode="json"))
-    assert published.current() == (book, "published 2024-07-01.1")
+    published = PublishedPriceBook(fallback=source)  # nothing published: the file answers
+    assert published.current() == (source.current()[0], "file book.yaml")
 
 
-def test_database_price_book_reads_the_book_only_when_its_fingerprint_changes() -> None:
-    from streams.domain.rating import PriceBook, load_price_book
-    from streams.usage_view.price_book import EMPTY_LABEL, DatabasePriceBook
+def test_published_price_book_assembles_entries_and_syncs_on_refresh() -> None:
+    from datetime import UTC, datetime
+
+    from streams.domain.rating import load_price_book
+    from streams.domain.rating.published import assemble, entries_of
+    from streams.usage_view.price_book import EMPTY_LABEL, PublishedPriceBook
 
     relay = load_price_book((ROOT / "examples" / "pricing" / "price-book.yaml").read_text())
-    published: list[tuple[tuple[int, int], PriceBook]] = []
-    reads = {"fingerprint": 0, "book": 0}
-    failing = [False]
+    entries = entries_of(relay, published_at=datetime(2024, 9, 1, tzinfo=UTC))
+    syncs: list[float] = []
+    pending = list(entries)
 
-    def fingerprint() -> tuple[int, int]:
-        reads["fingerprint"] += 1
-        if failing[0]:
-            raise OSError("database down")
-        return published[-1][0] if published else (0, 0)
+    def sync(timeout_s: float) -> bool:  # the reader catching up with the topic's end
+        syncs.append(timeout_s)
+        while pending:
+            book.take(pending.pop())
+        return True
 
-    def book() -> PriceBook:
-        reads["book"] += 1
-        return published[-1][1] if published else PriceBook()
-
-    source = DatabasePriceBook(fingerprint, book, check_every_s=3600)
-    assert source.current()[0] == PriceBook() and reads == {"fingerprint": 1, "book": 1}
-    published.append(((5, 2), relay))
-    assert source.current()[0] == PriceBook()  # within check_every_s: not looked at
-    assert reads["fingerprint"] == 1
-    fresh, label = source.current(refresh=True)  # e.g. a metered event of an unknown metric
-    assert fresh.plan("growth") is not None and label.startswith("published (5 metric(s)")
-    assert source.current(refresh=True)[0] is fresh and reads["book"] == 2  # same fingerprint
-    failing[0] = True
-    assert source.current(refresh=True)[0] is fresh  # the last good book is kept
-    never = DatabasePriceBook(fingerprint, book)
-    assert never.current()[1] == EMPTY_LABEL  # no good read yet: the fallback answers
+    book = PublishedPriceBook(sync=sync, sync_every_s=3600)
+    assert book.current()[1] == EMPTY_LABEL and syncs == []  # no entry yet: the fallback
+    found, label = book.current(refresh=True)  # a metered event of an unknown metric
+    assert found == assemble(entries) and found.plan("growth") is not None
+    assert label.startswith(f"published ({len(relay.metrics)} metric(s)")
+    assert book.current(refresh=True)[0] is found and len(syncs) == 1  # once per sync_every_s
+    book.take(entries[0])  # the same entry again (compaction keeps one per key)
+    assert book.current()[0] == found
