@@ -22,8 +22,11 @@ import httpx
 import pytest
 from confluent_kafka import Producer
 
-from streams.bootstrap import producer, run_close_period, run_import_focus
+from streams.bootstrap import producer, run_close_period, run_import_events, run_import_focus
 from streams.demo.expected import expected_from_file
+from streams.demo.pricing.generator import PROFILES, generate
+from streams.demo.pricing.generator import ScenarioConfig as PricingConfig
+from streams.demo.pricing.run import publish_with_cli
 from streams.domain.codec import encode
 from streams.domain.events import CustomerUpserted, Envelope, UsageRecorded
 from streams.settings import Settings
@@ -31,6 +34,7 @@ from tests.support.pipeline import Pipeline, isolated_pipeline
 from tests.support.usage_view import get_usage, start_view, usage_ok, wait_assigned, wait_until
 
 SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "focus" / "focus_sample.csv"
+BOOK = Path(__file__).resolve().parents[2] / "examples" / "pricing" / "price-book.yaml"
 
 
 @pytest.fixture
@@ -42,7 +46,7 @@ def pipeline(settings: Settings, unique: str, tmp_path: Path) -> Iterator[Pipeli
 @dataclass(frozen=True)
 class Scenario:
     """A demo whose events the test feeds to the pipeline, and the (customer, period)
-    pairs it invoices. The metered pricing scenario joins this list when it lands."""
+    pairs it invoices."""
 
     name: str
     load: Callable[[Pipeline], tuple[list[tuple[str, str]], list[str]]]
@@ -56,7 +60,21 @@ def _load_focus(p: Pipeline) -> tuple[list[tuple[str, str]], list[str]]:
     return sorted(expected.sums), expected.periods
 
 
-SCENARIOS = [Scenario("focus", _load_focus)]
+def _load_pricing(p: Pipeline) -> tuple[list[tuple[str, str]], list[str]]:
+    """The pricing demo's month (every profile: metered usage, subscriptions changing
+    plan mid-period, pass-through re-billing, resent duplicates) under the published
+    example book (``invoicing plans publish``, the operator's command, as a process)."""
+    config = PricingConfig(customers=len(PROFILES), seed=3)
+    scenario = generate(config)
+    events_file = p.workdir / "pricing.jsonl"
+    scenario.write(events_file)
+    publish_with_cli(BOOK, p.env)
+    summary = run_import_events(events_file, p.settings, progress=False)
+    assert summary.ok and not summary.skipped
+    return sorted((c.customer_id, config.period) for c in scenario.customers), [config.period]
+
+
+SCENARIOS = [Scenario("focus", _load_focus), Scenario("pricing", _load_pricing)]
 
 
 def invoices(p: Pipeline) -> dict[tuple[str, str], tuple[Decimal, int]]:
