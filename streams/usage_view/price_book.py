@@ -175,9 +175,28 @@ class PriceBookTopicReader:
         self._book = book
         self._next: dict[int, int] = {}
         self._cond = threading.Condition()
+        # caught_up() asks, the reader thread (the consumer's only user) answers with the
+        # partitions' (low, high) watermarks, or None when the broker did not answer
+        self._asked = 0
+        self._answered = 0
+        self._ends: dict[int, tuple[int, int]] | None = None
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in self._partitions])
         self._thread = threading.Thread(target=self._run, name="price-book-reader", daemon=True)
         self._thread.start()
+
+    def _watermarks(self) -> dict[int, tuple[int, int]] | None:
+        from confluent_kafka import KafkaException, TopicPartition
+
+        try:
+            return {
+                p: self._consumer.get_watermark_offsets(
+                    TopicPartition(self._topic, p), timeout=5.0, cached=False
+                )
+                for p in self._partitions
+            }
+        except KafkaException as exc:
+            log.warning("price book topic watermarks not read: %s", exc)
+            return None
 
     def _run(self) -> None:
         from streams.domain.codec import decode
@@ -186,7 +205,14 @@ class PriceBookTopicReader:
 
         last_error = ""
         while True:
-            msg = self._consumer.poll(0.2)
+            with self._cond:
+                asked = self._asked
+            if asked != self._answered:
+                ends = self._watermarks()
+                with self._cond:
+                    self._ends, self._answered = ends, asked
+                    self._cond.notify_all()
+            msg = self._consumer.poll(0.1)
             if msg is None:
                 continue
             if msg.error():
@@ -214,25 +240,18 @@ class PriceBookTopicReader:
     def caught_up(self, timeout_s: float) -> bool:
         """Whether every partition was read up to its end as of now, waiting up to
         ``timeout_s`` seconds (False on timeout or when the broker did not answer)."""
-        from confluent_kafka import KafkaException, TopicPartition
-
         deadline = time.monotonic() + timeout_s
-        try:
-            ends = {
-                p: self._consumer.get_watermark_offsets(
-                    TopicPartition(self._topic, p), timeout=timeout_s, cached=False
-                )
-                for p in self._partitions
-            }
-        except KafkaException as exc:
-            log.warning("price book topic watermarks not read: %s", exc)
-            return False
         with self._cond:
+            self._asked += 1
+            mine = self._asked
             while True:
-                behind = [p for p, (low, high) in ends.items() if self._next.get(p, low) < high]
                 left = deadline - time.monotonic()
-                if not behind:
-                    return True
+                if self._answered >= mine:
+                    ends = self._ends
+                    if ends is None:
+                        return False
+                    if all(self._next.get(p, low) >= high for p, (low, high) in ends.items()):
+                        return True
                 if left <= 0:
                     return False
                 self._cond.wait(left)
