@@ -1,7 +1,9 @@
 """The answer of ``GET /v1/customers/{id}/usage``: usage to date and the upcoming
 invoice, rated by :func:`streams.domain.rating.rate` (pure).
 
-The invoice job calls the same ``rate()`` with the period's stored lines; the view
+The invoice job (``streams.billing.rating.rate_period``) checks the pre-priced
+lines with ``price_invoice()`` and calls ``rate_events()``, which aggregates the
+stored metered events and calls the same ``rate()``; the view runs the same check and
 calls it with one pass-through line per (day, currency) carrying the exact sum of
 that day's lines (:mod:`streams.usage_view.state`), the period's aggregated
 metered usage and the customer's segments, under the same price book. So after
@@ -16,7 +18,8 @@ from datetime import UTC, date, datetime
 from decimal import Decimal
 from typing import Any
 
-from streams.domain.invoice import UsageLine
+from streams.domain.errors import InvoiceRuleViolation
+from streams.domain.invoice import UsageLine, price_invoice
 from streams.domain.periods import BillingPeriod
 from streams.domain.rating import PriceBook, RatedInvoice, Usage, rate, segments_for
 from streams.domain.rating.aggregate import MetricUsage
@@ -182,13 +185,26 @@ def preview(
             )
         )
     segments = segments_for(period, subscription_events(customer))
+    lines = pass_through_lines(customer_id, str(period), state["pass_through"], partition)
+    try:
+        # the invoice job's first step (streams.billing.rating.rate_period): the
+        # pre-priced lines pass the invoice rules, or the job refuses and holds
+        price_invoice(lines, currency=str(currency))
+    except InvoiceRuleViolation as exc:
+        notes.append(
+            HoldNote(
+                code="invoice_rules",
+                message=f"the pre-priced lines break an invoice rule ({exc}); the invoicing "
+                "workers dead-letter the close marker and hold the invoice",
+            )
+        )
     rated = rate(
         period,
         currency=str(currency),
         book=book,
         segments=segments,
         usage=usage,
-        pass_through=pass_through_lines(customer_id, str(period), state["pass_through"], partition),
+        pass_through=lines,
     )
     holds = [HoldNote(code=h.code.value, message=h.message) for h in rated.holds] + notes
     metered, metered_events = _metered(usage)

@@ -395,3 +395,17 @@ def test_a_metered_record_handled_again_after_a_crash_counts_once(written: str) 
     assert crashed.usage == clean.usage
     day = view.days["acme|2024-09|2024-09-04"]
     assert day["usage"]["egress_gb"]["events"] == 2 and day["last_offset"] == 3
+
+
+def test_a_line_in_another_currency_than_the_customers_is_held_as_the_job_would() -> None:
+    """The invoice job checks the pre-priced lines with ``price_invoice`` before rating
+    (``streams.billing.rating.rate_period``): a line in another currency is refused and
+    the invoice held; the preview says so instead of promising a subtotal."""
+    view = View()
+    view.feed(customer(currency="USD"), 0)
+    view.feed(usage("u1", "2"), 1)
+    assert view.answer("acme").upcoming_invoice.holds == ()
+    view.feed(usage("u2", "3", currency="EUR"), 2)
+    answer = view.answer("acme").upcoming_invoice
+    assert "invoice_rules" in [h.code for h in answer.holds]
+    assert answer.subtotal is None
