@@ -61,7 +61,7 @@ def check_stack(settings: Settings) -> None:
     """
     problems = []
     try:
-        with psycopg.connect(settings.postgres.dsn(), connect_timeout=5) as conn:
+        with psycopg.connect(settings.postgres.dsn("owner"), connect_timeout=5) as conn:
             conn.execute("SELECT 1")
     except psycopg.Error as exc:
         problems.append(f"postgres ({settings.postgres.host}:{settings.postgres.port}): {exc}")
@@ -74,9 +74,9 @@ def check_stack(settings: Settings) -> None:
     except httpx.HTTPError as exc:
         problems.append(f"connect ({settings.connect.url}): {exc}")
     try:
-        redis.Redis.from_url(settings.redis.url, socket_timeout=5).ping()
+        redis.Redis.from_url(settings.redis.url.get_secret_value(), socket_timeout=5).ping()
     except redis.RedisError as exc:
-        problems.append(f"redis ({settings.redis.url}): {exc}")
+        problems.append(f"redis: {exc}")
     if problems:
         raise StackDown(
             "the local stack is not up (run `invoicing stack up`; in a worktree "

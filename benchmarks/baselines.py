@@ -55,7 +55,7 @@ def copy_rate(
         )
     samples: list[float] = []
     try:
-        with psycopg.connect(p.settings.postgres.dsn()) as conn:
+        with psycopg.connect(p.settings.postgres.dsn("owner")) as conn:
             for i in range(warmup + repeats):
                 conn.execute(sql.SQL("TRUNCATE {}").format(sql.Identifier(copy_table)))
                 conn.commit()
@@ -169,7 +169,7 @@ def debezium_relay(p: Pipeline, *, rows: int, repeats: int, warmup: int) -> Rela
     payload = json.dumps(_PAYLOAD)
 
     def insert(count: int) -> float:
-        with psycopg.connect(p.settings.postgres.dsn()) as conn:
+        with psycopg.connect(p.settings.postgres.dsn("owner")) as conn:
             with conn.cursor() as cur:
                 cur.executemany(
                     "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, ce_source, "

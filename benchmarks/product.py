@@ -44,7 +44,7 @@ from streams.domain.events import (
 )
 from streams.domain.invoice import UsageLine, apply_tax, price_invoice
 from streams.invoicing.jobs import EVENT_SOURCE
-from streams.sandbox.pipeline import Pipeline, isolated_pipeline
+from streams.sandbox.pipeline import Pipeline, _drop_database, isolated_pipeline
 from streams.settings import Settings
 
 __all__ = [
@@ -52,6 +52,7 @@ __all__ = [
     "Pipeline",
     "Settings",
     "customer_record",
+    "drop_database",
     "invoicing_command",
     "issue_invoice",
     "kafka_consumer_config",
@@ -163,6 +164,10 @@ class FencingFixture:
     token: fencing.FencingToken
     drafts: list[rows.InvoiceDraft]
     invoices_topic: str
+
+
+#: Drop a sandbox database as the provisioner (its sessions ended first).
+drop_database = _drop_database
 
 
 def prepare_fencing(

@@ -47,6 +47,7 @@ from benchmarks.measure import (
 from benchmarks.product import (
     Pipeline,
     Settings,
+    drop_database,
     invoicing_command,
     issue_invoice,
     new_unique,
@@ -786,8 +787,13 @@ def _fencing(ctx: Context, sizes: FencingSizes) -> None:
     bset, report = ctx.bset, ctx.report
     settings = ctx.settings
     database = f"inv_{new_unique()}_fence"
-    with psycopg.connect(settings.postgres.dsn(), autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
+    # Created by the provisioner, owned by the owner (docs/roles.md), as every sandbox.
+    with psycopg.connect(settings.postgres.dsn("provisioner"), autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("CREATE DATABASE {} OWNER {}").format(
+                sql.Identifier(database), sql.Identifier(settings.postgres.owner.user)
+            )
+        )
     try:
         run_cli(
             [*invoicing_command(), "db", "migrate"],
@@ -795,7 +801,7 @@ def _fencing(ctx: Context, sizes: FencingSizes) -> None:
             cwd=ctx.out_dir,
             timeout_s=300,
         )
-        with psycopg.connect(settings.postgres.dsn(database=database)) as conn:
+        with psycopg.connect(settings.postgres.dsn("owner", database=database)) as conn:
             for lines in sizes.lines:
                 count = max(20, min(sizes.invoices, 20_000 // max(1, lines)))
                 blocks = 2 * (bset.warmup + bset.repeats)
@@ -839,10 +845,7 @@ def _fencing(ctx: Context, sizes: FencingSizes) -> None:
                     )
                 )
     finally:
-        with psycopg.connect(settings.postgres.dsn(), autocommit=True) as conn:
-            conn.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(database))
-            )
+        drop_database(settings.postgres, database)
 
 
 # --------------------------------------------------------------------------- latency

@@ -68,6 +68,16 @@ class Pipeline:
         """The sandbox's ``billing.account-events.v1`` (under its topic prefix)."""
         return ACCOUNT_EVENTS.with_prefix(self.settings.kafka.topic_prefix).name
 
+    def worker_logs(self) -> str:
+        """The last 6,000 characters of every worker's log, with its name and exit code."""
+        parts = []
+        for worker in self.workers.processes:
+            text = worker.log.read_text(errors="replace") if worker.log.exists() else ""
+            parts.append(
+                f"----- {worker.name} (exit {worker.process.poll()}) -----\n{text[-6000:]}"
+            )
+        return "\n".join(parts)
+
     def connect(self, role: RoleName = "owner") -> psycopg.Connection[Any]:
         """A new autocommit connection to the sandbox's database as ``role`` (the owner by
         default); the caller closes it."""

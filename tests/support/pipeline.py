@@ -37,16 +37,6 @@ class Pipeline(sandbox.Pipeline):
     def invoices_topic(self) -> str:
         return INVOICES.with_prefix(self.settings.kafka.topic_prefix).name
 
-    def worker_logs(self) -> str:
-        """The last 6,000 characters of every worker's log, with its name and exit code."""
-        parts = []
-        for worker in self.workers.processes:
-            text = worker.log.read_text(errors="replace") if worker.log.exists() else ""
-            parts.append(
-                f"----- {worker.name} (exit {worker.process.poll()}) -----\n{text[-6000:]}"
-            )
-        return "\n".join(parts)
-
 
 def _yielding_test_pipelines(
     make: Callable[P, contextlib.AbstractContextManager[sandbox.Pipeline]],
