@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell sha256sum pyproject.toml | cut -c1-12)
 
-.PHONY: help setup up down status demo lint format typecheck compat test test-unit test-integration test-chaos bench clean
+.PHONY: help setup up down status demo lint format typecheck compat test test-unit test-integration test-chaos test-fuzz bench clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -52,8 +52,11 @@ test-integration: up ## Integration tests against the real local stack
 test-chaos: up ## Fault-injection tests against the real local stack
 	$(BIN)/pytest tests/chaos
 
-test: up lint typecheck compat ## Everything CI runs: lint, types, schema compatibility, unit, integration and chaos tests
-	$(BIN)/pytest tests/unit tests/integration tests/chaos
+test-fuzz: up ## Fuzz tier: generated records to real consumers (~4 min; FUZZ_ARGS="--seed N" replays a run)
+	$(BIN)/pytest tests/fuzz -s $(FUZZ_ARGS)
+
+test: up lint typecheck compat ## Everything CI runs: lint, types, schema compatibility, unit, integration, chaos and fuzz tests
+	$(BIN)/pytest tests/unit tests/integration tests/chaos tests/fuzz
 
 SET ?= smoke
 bench: up ## Benchmarks against same-run baselines: make bench SET=smoke|standard|month-end|incident [BENCH_ARGS="--repeat 2 --profile"]

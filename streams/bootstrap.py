@@ -112,14 +112,22 @@ def redis_client(settings: Settings) -> redis.Redis:
     )
 
 
-def tax_service(settings: Settings, redis_conn: redis.Redis | None = None) -> HttpTaxService:
-    """The HTTP tax client, with the Redis result/rate cache when ``redis_conn`` is given."""
+def tax_service(
+    settings: Settings,
+    redis_conn: redis.Redis | None = None,
+    *,
+    quotes_from_cached_rates: bool = True,
+) -> HttpTaxService:
+    """The HTTP tax client, with the Redis result/rate cache when ``redis_conn`` is given
+    (``quotes_from_cached_rates``: see :class:`~streams.adapters.tax.client.HttpTaxService`)."""
     cache = (
         RedisTaxCache(redis_conn, ttl_s=settings.tax.cache_ttl_s)
         if redis_conn is not None
         else None
     )
-    return HttpTaxService(settings.tax, cache=cache)
+    return HttpTaxService(
+        settings.tax, cache=cache, quotes_from_cached_rates=quotes_from_cached_rates
+    )
 
 
 def producer(settings: Settings, **overrides: Any) -> Producer:
@@ -503,8 +511,10 @@ def replay_clients(
     tax: TaxService | None = None,
 ) -> Iterator[ReplayClients]:
     """The clients of a replay run: the given ones, the others built from ``settings``
-    (a 2-connection pool, Redis, the HTTP tax client with its Redis cache) and closed
-    when the block ends; consumers are made per group by the run (and closed by it)."""
+    (a 2-connection pool, Redis, the HTTP tax client with its Redis cache — whose
+    quotes never come from cached rates: a replay prices with the rates the service
+    applies now, or a rate change would not show as a difference) and closed when the
+    block ends; consumers are made per group by the run (and closed by it)."""
     from streams.replay.run import ReplayClients
 
     with ExitStack() as owned:
@@ -515,7 +525,7 @@ def replay_clients(
             redis_conn = redis_client(settings)
             owned.callback(redis_conn.close)
         if tax is None:
-            http_tax = tax_service(settings, redis_conn)
+            http_tax = tax_service(settings, redis_conn, quotes_from_cached_rates=False)
             owned.callback(http_tax.close)
             tax = http_tax
 

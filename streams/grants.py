@@ -365,6 +365,13 @@ TABLES: Final[Mapping[str, Mapping[str, Privileges]]] = {
         "replay": Privileges(select=ALL, insert=ALL),
         "operator": Privileges(select=ALL),
     },
+    # What a consumer dead-lettered (migration 0007): read on every delivery so a bad
+    # record is dead-lettered once; rows are facts, never updated or deleted.
+    "dead_letters": {
+        "worker": Privileges(select=ALL, insert=ALL),
+        "email": Privileges(select=ALL, insert=ALL),
+        "operator": Privileges(select=ALL),
+    },
 }
 
 #: sequence → privilege role keys granted ``USAGE`` (``nextval`` for a serial column).

@@ -56,17 +56,21 @@ def write_fenced(
     work: Callable[[C], T],
     *,
     stores: Stores[C] | None = None,
+    timeout_s: float | None = None,
 ) -> T:
     """Step 1 for a fenced writer: run ``work(conn)`` in one transaction that starts
     with ``fence``'s check (through ``stores``, default the PostgreSQL ones: see
-    :meth:`streams.billing.stores.Stores.check`), and commit it.
+    :meth:`streams.billing.stores.Stores.check`), and commit it. ``timeout_s`` bounds
+    the wait for a connection (default: the pool's own, 30 s); the poll thread passes
+    a short one.
 
     Raises:
         Fenced / LeaseFenced: the fence moved on; nothing was written.
         psycopg.Error: the database failed; nothing was written.
+        psycopg_pool.PoolTimeout: no connection within ``timeout_s``.
     """
     checker: Stores[Any] = POSTGRES if stores is None else stores
-    with pool.connection() as conn, conn.transaction():
+    with pool.connection(timeout=timeout_s) as conn, conn.transaction():
         checker.check(conn, fence)
         return work(conn)
 

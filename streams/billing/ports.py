@@ -75,6 +75,7 @@ from streams.billing.rows import (
     CloseMarker,
     CreditNoteDraft,
     Customer,
+    DeadLetterRecord,
     Hold,
     InvoiceDraft,
     IssuedInvoice,
@@ -101,6 +102,7 @@ __all__ = [
     "Connection",
     "Database",
     "DeadLetterSink",
+    "DeadLetterStore",
     "DeliveryReport",
     "FenceStore",
     "HoldStore",
@@ -322,9 +324,25 @@ class UsageStore(Protocol[C]):
         partition: int,
         before_offset: int,
     ) -> list[UsageLine]: ...
+    def usage_elsewhere(
+        self, conn: C, customer_id: str, billing_period: str, topic: str, partition: int
+    ) -> list[UsageLine]: ...
+    def stored_payloads(
+        self, conn: C, event_ids: Sequence[str]
+    ) -> dict[str, tuple[str, SourceCoordinates]]: ...
     def stored_usage_ids(self, conn: C, billing_period: str, topic: str) -> set[str]: ...
     def customers_with_usage(self, conn: C, billing_period: str, topic: str) -> set[str]: ...
     def late_usage(self, conn: C, period: str | None = None) -> list[LateUsage]: ...
+
+
+class DeadLetterStore(Protocol[C]):
+    """``dead_letters``: what a consumer dead-lettered, by source coordinates
+    (:mod:`streams.billing.store.dead_letters`, migration 0007)."""
+
+    def recorded(
+        self, conn: C, topic: str, partition: int, offsets: Iterable[int]
+    ) -> dict[int, DeadLetterRecord]: ...
+    def record(self, conn: C, letters: Sequence[DeadLetterRecord]) -> None: ...
 
 
 class InvoiceStore(Protocol[C]):
@@ -466,6 +484,9 @@ class DeadLetterSink(Protocol):
     """Where bad records go (:class:`streams.billing.dead_letters.DeadLetters`): returns
     once delivered, raises :class:`~streams.billing.dead_letters.DeadLetterError` otherwise."""
 
+    #: The dead-letter topic (recorded in ``dead_letters`` with each letter).
+    topic: str
+
     def publish(
         self,
         *,
@@ -514,8 +535,13 @@ class Database(Protocol[C_co]):
     when the database cannot be used (the twin raises it for an injected failure too).
     """
 
-    def connection(self) -> AbstractContextManager[C_co]:
-        """A connection for the length of the ``with`` block (see the class docstring)."""
+    def connection(self, timeout: float | None = None) -> AbstractContextManager[C_co]:
+        """A connection for the length of the ``with`` block (see the class docstring),
+        waiting at most ``timeout`` seconds for one (None: the database's default).
+
+        Raises:
+            psycopg_pool.PoolTimeout: no connection within ``timeout``.
+        """
         ...
 
 

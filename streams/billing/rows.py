@@ -26,6 +26,7 @@ from streams.domain.events import (
     UsageRecorded,
 )
 from streams.domain.invoice import InvoiceTotals, TaxedLine, UsageLine
+from streams.domain.money import canonical_decimal
 from streams.domain.periods import BillingPeriod
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "ClosePoint",
     "CreditNoteDraft",
     "Customer",
+    "DeadLetterRecord",
     "Hold",
     "HoldRequest",
     "InvoiceDraft",
@@ -60,10 +62,28 @@ class SourceCoordinates:
     offset: int
 
 
+#: The decimal fields of ``usage.recorded``: hashed in canonical form.
+_DECIMAL_FIELDS = ("amount", "quantity", "consumed_quantity")
+
+
 def payload_hash(data: EventData) -> str:
-    """SHA-256 of the event data's canonical JSON: equal facts, equal hash (decimals of
-    ``usage.metered`` are canonical, so ``"10"`` and ``"10.0"`` hash alike)."""
-    canonical = json.dumps(data.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    """SHA-256 of the event data's canonical JSON: equal facts, equal hash.
+
+    Decimals are hashed in canonical form (:func:`~streams.domain.money.canonical_decimal`:
+    ``1.0``, ``1.00`` and ``1`` are one amount), so a resend that writes an amount with
+    another number of trailing zeros is a duplicate, not a conflict (issue 10); the
+    decimals of ``usage.metered`` are canonical already (``"10"`` and ``"10.0"`` hash
+    alike). Usage rows stored before this rule kept the hash of the written form; the
+    usage store compares those by their stored columns
+    (:func:`streams.billing.store.usage.insert_usage`).
+    """
+    dumped = data.model_dump(mode="json")
+    if isinstance(data, UsageRecorded):
+        for name in _DECIMAL_FIELDS:
+            value = getattr(data, name, None)
+            if isinstance(value, Decimal):
+                dumped[name] = format(canonical_decimal(value), "f")
+    canonical = json.dumps(dumped, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
@@ -165,6 +185,27 @@ class Hold:
     source_partition: int
     source_offset: int
     created_at: datetime
+
+
+@dataclass(frozen=True)
+class DeadLetterRecord:
+    """A ``dead_letters`` row (migration 0007): a record dead-lettered from its source
+    coordinates to ``dlq_topic`` (and acknowledged there). ``kind`` is ``invalid``,
+    ``conflict``, ``rejected`` or ``unwritable``; ``customers`` are the customers it
+    holds (empty: unattributed)."""
+
+    source_topic: str
+    source_partition: int
+    source_offset: int
+    dlq_topic: str
+    kind: str
+    reason: str
+    event_id: str | None
+    customers: list[str]
+
+    @property
+    def source(self) -> SourceCoordinates:
+        return SourceCoordinates(self.source_topic, self.source_partition, self.source_offset)
 
 
 class HoldRequest(TypedDict):

@@ -30,6 +30,7 @@ from streams.billing import fencing, store
 from streams.billing.fencing import Fence, FencingToken, LeaseFence
 from streams.billing.ports import (
     CloseStore,
+    DeadLetterStore,
     FenceStore,
     HoldStore,
     InvoiceStore,
@@ -54,6 +55,7 @@ class Stores(Generic[C]):
     fences: FenceStore[C]
     metering: MeteringStore[C]
     pricing: PriceBookStore[C]
+    dead_letters: DeadLetterStore[C]
 
     def check(self, conn: C, fence: Fence) -> None:
         """``fence``'s check with these stores, inside the caller's open transaction:
@@ -81,4 +83,5 @@ POSTGRES: Stores[psycopg.Connection[Any]] = Stores(
     fences=fencing,
     metering=store.metering,
     pricing=store.pricing,
+    dead_letters=store.dead_letters,
 )

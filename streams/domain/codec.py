@@ -118,14 +118,13 @@ def decode(
         )
     if value is None:
         raise InvalidEvent("record has no value")
-    try:
-        payload = json.loads(value)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InvalidEvent(f"value is not JSON: {exc}") from None
+    payload = read_json(value)
     try:
         data = model.model_validate(payload)
     except ValidationError as exc:
         raise InvalidEvent(f"invalid {event_type} data: {_summarise(exc)}") from None
+    except (ValueError, ArithmeticError, RecursionError) as exc:  # a validator's own failure
+        raise InvalidEvent(f"invalid {event_type} data: {type(exc).__name__}: {exc}") from None
     customer = getattr(data, "customer_id", None)
     if customer is not None and customer != key_text:
         raise InvalidEvent(
@@ -142,8 +141,47 @@ def decode(
             subject=attrs["ce_subject"],
             data=data,
         )
-    except (ValidationError, ValueError) as exc:
+    except (ValidationError, ValueError, OverflowError) as exc:
         raise InvalidEvent(f"invalid CloudEvents attributes: {_summarise(exc)}") from None
+
+
+class _RepeatedName(ValueError):
+    pass
+
+
+def _no_repeated_names(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    """A JSON object whose names are unique (RFC 8259 §4: "names SHOULD be unique"; parsers
+    differ on which value wins, so a repeated name is refused rather than guessed)."""
+    result = dict(pairs)
+    if len(result) != len(pairs):
+        seen: set[str] = set()
+        for name, _value in pairs:
+            if name in seen:
+                raise _RepeatedName(f"the name {name[:64]!r} appears twice in one object")
+            seen.add(name)
+    return result
+
+
+def read_json(value: bytes) -> object:
+    """The JSON document ``value``.
+
+    Raises:
+        InvalidEvent: not UTF-8 JSON, or JSON the standard parser refuses to hold:
+            an integer literal longer than Python's ``int_max_str_digits`` (4,300
+            digits; ``ValueError``) or nesting deeper than the recursion limit
+            (``RecursionError``). Both were found by the fuzz suite, each crashing
+            every consumer of the topic (tests/fuzz).
+    """
+    try:
+        return json.loads(value, object_pairs_hook=_no_repeated_names)
+    except _RepeatedName as exc:
+        raise InvalidEvent(f"value is not JSON this pipeline reads: {exc}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InvalidEvent(f"value is not JSON: {exc}") from None
+    except ValueError as exc:  # int_max_str_digits
+        raise InvalidEvent(f"value is not JSON this pipeline reads: {exc}") from None
+    except RecursionError:
+        raise InvalidEvent("value is not JSON this pipeline reads: nested too deeply") from None
 
 
 def _summarise(exc: Exception) -> str:

@@ -43,13 +43,23 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
+    PlainSerializer,
     WithJsonSchema,
     model_validator,
 )
 
-from streams.domain.money import DECIMAL_PATTERN, Amount, Quantity, canonical_decimal
+from streams.domain.money import (
+    DECIMAL_PATTERN,
+    Amount,
+    InvalidAmount,
+    Quantity,
+    canonical_decimal,
+    contract_decimal,
+    parse_decimal,
+)
 from streams.domain.periods import PERIOD_PATTERN, BillingPeriod
 
 #: Namespace of the deterministic (uuid5) event and document ids of this project.
@@ -58,14 +68,76 @@ ID_NAMESPACE = uuid.UUID("6f1c8a52-3d0e-4f7b-9a55-2b7f0c1e9d41")
 CURRENCY_PATTERN = r"^[A-Z]{3}$"
 
 
+#: Earliest instant an event may carry (UTC): nothing billed here happened before it,
+#: and billing periods start at 1970-01 (:class:`~streams.domain.periods.BillingPeriod`).
+EARLIEST_INSTANT = datetime(1970, 1, 1, tzinfo=UTC)
+
+
 def _utc(value: datetime) -> datetime:
     if value.tzinfo is None or value.utcoffset() is None:
         raise ValueError("datetime must carry a time zone (UTC)")
-    return value.astimezone(UTC)
+    try:
+        utc = value.astimezone(UTC)
+    except OverflowError:  # e.g. 0001-01-01T00:00+05:00: no such UTC datetime (found by fuzzing)
+        raise ValueError("datetime is out of range once converted to UTC") from None
+    if utc < EARLIEST_INSTANT:
+        raise ValueError("datetime is before 1970-01-01T00:00:00Z")
+    return utc
 
 
-#: A timezone-aware datetime normalised to UTC; naive values are refused.
-UtcDateTime = Annotated[datetime, AfterValidator(_utc)]
+#: A timezone-aware datetime normalised to UTC, from 1970 to the year 9999; naive
+#: values are refused.
+UtcDateTime = Annotated[
+    datetime,
+    AfterValidator(_utc),
+    WithJsonSchema(
+        {
+            "type": "string",
+            "format": "date-time",
+            "description": "RFC 3339 date-time with an offset, from 1970-01-01T00:00:00Z to "
+            "the year 9999 in UTC.",
+        }
+    ),
+]
+
+#: Characters no text field accepts (issue 10): the C0 control characters other than
+#: TAB, LF and CR (NUL, which PostgreSQL cannot store in ``text``; ESC; BEL; …), DEL
+#: and the C1 controls; the bidirectional embedding, override and isolate controls
+#: U+202A-U+202E and U+2066-U+2069 (text that displays unlike its content,
+#: CVE-2021-42574). Lone surrogates (``"\ud800"`` in JSON) are refused as well: they
+#: are no Unicode characters and have no UTF-8 form (RFC 7493, I-JSON §2.1). TAB, LF
+#: and CR stay: FOCUS descriptions span lines, and whoever renders text into a
+#: line-oriented format (mail headers) folds it there (``streams.email.render``).
+TEXT_PATTERN = (
+    r"^[^\u0000-\u0008\u000b\u000c\u000e-\u001f\u007f-\u009f\u202a-\u202e\u2066-\u2069]*$"
+)
+#: An email address: one ``@``, no white space, no control characters.
+EMAIL_PATTERN = r"^[^@\s\u0000-\u001f\u007f-\u009f]+@[^@\s\u0000-\u001f\u007f-\u009f]+$"
+#: Largest value of a PostgreSQL ``integer`` (revisions, counts, plan versions, partitions).
+MAX_INT32 = 2**31 - 1
+#: Largest value of a PostgreSQL ``bigint`` (offsets, fencing numbers).
+MAX_INT64 = 2**63 - 1
+
+#: Text of at most N characters, without the characters :data:`TEXT_PATTERN` refuses.
+Text64 = Annotated[str, Field(max_length=64, pattern=TEXT_PATTERN)]
+Text128 = Annotated[str, Field(max_length=128, pattern=TEXT_PATTERN)]
+Text256 = Annotated[str, Field(max_length=256, pattern=TEXT_PATTERN)]
+Text512 = Annotated[str, Field(max_length=512, pattern=TEXT_PATTERN)]
+Text1024 = Annotated[str, Field(max_length=1024, pattern=TEXT_PATTERN)]
+Text2000 = Annotated[str, Field(max_length=2000, pattern=TEXT_PATTERN)]
+#: A person's or company's name: 1 to 512 characters.
+Name = Annotated[str, Field(min_length=1, max_length=512, pattern=TEXT_PATTERN)]
+#: A document id: 1 to 64 characters.
+DocumentRef = Annotated[str, Field(min_length=1, max_length=64, pattern=TEXT_PATTERN)]
+#: A document number (``INV-2024-09-000042``): 1 to 64 characters, written by the
+#: issuance from a counter (whoever renders it escapes it, ``streams.email.render``).
+DocumentNumber = Annotated[str, Field(min_length=1, max_length=64)]
+Email = Annotated[str, Field(pattern=EMAIL_PATTERN, max_length=320)]
+#: The recipient named on an invoice event: bounded text; whether it is an address
+#: is the email sender's business (a bad one is a recorded render failure).
+Recipient = Annotated[str, Field(max_length=320, pattern=TEXT_PATTERN)]
+Int32 = Annotated[int, Field(ge=0, le=MAX_INT32)]
+Revision = Annotated[int, Field(ge=1, le=MAX_INT32)]
 
 #: Customer id (the Kafka key). "/" is allowed: real provider account ids contain it
 #: (Azure "/subscriptions/<uuid>" in the FOCUS sample).
@@ -105,19 +177,21 @@ class CustomerUpserted(EventData):
     event_type: ClassVar[str] = "customer.upserted"
 
     customer_id: CustomerId
-    name: Annotated[str, Field(min_length=1, max_length=512)]
+    name: Name
     #: Where invoices are emailed. FOCUS data has none: the importer derives a placeholder.
-    email: Annotated[str, Field(pattern=r"^[^@\s]+@[^@\s]+$", max_length=320)]
+    email: Email
     currency: Currency
     #: Billing account the customer belongs to at the provider (FOCUS BillingAccountId), if any.
-    billing_account_id: str | None = None
+    billing_account_id: Text128 | None = None
 
 
 class UsageRecorded(EventData):
     """One usage line: a charge for a customer in a billing period (``usage.recorded``).
 
     ``amount`` is the billed cost in ``currency`` units, exact, any sign (credits
-    and adjustments are negative), any number of decimals.
+    and adjustments are negative), with at most 18 integer digits and 20 decimals
+    (:data:`~streams.domain.money.DECIMAL_PATTERN`); quantities likewise. Text fields
+    are bounded and free of control characters (:data:`TEXT_PATTERN`).
     """
 
     event_type: ClassVar[str] = "usage.recorded"
@@ -127,17 +201,17 @@ class UsageRecorded(EventData):
     amount: Amount
     currency: Currency
     quantity: Quantity | None = None
-    unit: str | None = None
+    unit: Text64 | None = None
     consumed_quantity: Quantity | None = None
-    consumed_unit: str | None = None
-    sku_id: str | None = None
-    description: str | None = None
-    region_id: str | None = None
-    charge_category: str | None = None
+    consumed_unit: Text64 | None = None
+    sku_id: Text256 | None = None
+    description: Text1024 | None = None
+    region_id: Text64 | None = None
+    charge_category: Text64 | None = None
     #: Start of the charge period (UTC).
     event_time: UtcDateTime
     #: Provider of the usage (FOCUS ProviderName), if known.
-    provider: str | None = None
+    provider: Text128 | None = None
 
     def period(self) -> BillingPeriod:
         return BillingPeriod.parse(self.billing_period)
@@ -155,7 +229,7 @@ class BillingPeriodClosed(EventData):
     #: Why the marker was sent: the period's close, or an operator releasing a hold.
     reason: Literal["period_closed", "hold_released"] = "period_closed"
     #: Fencing number of the Redis lease the close-period run held (DESIGN "Redis").
-    lease_fencing_token: int | None = None
+    lease_fencing_token: Annotated[int, Field(ge=0, le=MAX_INT64)] | None = None
 
 
 #: Code of a billable metric or a plan in the price book (:mod:`streams.domain.rating`).
@@ -172,30 +246,42 @@ MAX_PROPERTY_TEXT = 256
 MAX_DECIMAL_TEXT = 48
 
 
-def _canonical_value(value: Decimal) -> Decimal:
-    # pydantic turns ValueError into a ValidationError naming the entry. The
-    # magnitude is checked first: "1E+999999" must not expand to a million digits.
-    if not value.is_zero() and abs(value.adjusted()) > MAX_DECIMAL_TEXT:
-        raise ValueError(f"decimal value longer than {MAX_DECIMAL_TEXT} characters")
-    result = canonical_decimal(value)
-    if len(format(result, "f")) > MAX_DECIMAL_TEXT:
-        raise ValueError(f"decimal value longer than {MAX_DECIMAL_TEXT} characters")
-    return result
+def _canonical_value(value: object) -> Decimal:
+    """A value of ``values``: any exact decimal form (``"1E+1"`` too), kept in canonical
+    form, bounded like amounts (18 integer digits, 20 decimals) once canonical."""
+    # pydantic turns ValueError into a ValidationError naming the entry.
+    try:
+        parsed = parse_decimal(value, what="value")
+        # The magnitude is checked first: "1E+999999" must not expand to a million digits.
+        if not parsed.is_zero() and abs(parsed.adjusted()) > MAX_DECIMAL_TEXT:
+            raise InvalidAmount(f"decimal value longer than {MAX_DECIMAL_TEXT} characters")
+        return contract_decimal(canonical_decimal(parsed), what="value")
+    except InvalidAmount as exc:
+        raise ValueError(str(exc)) from None
 
 
 #: An exact decimal property value: a decimal *string* on the wire, in canonical form
 #: (no exponent, no trailing fractional zeros, no ``-0``), so ``"10"``, ``"10.0"`` and
 #: ``"1E+1"`` are one value with one wire form (and one payload hash).
-PropertyDecimal = Annotated[Amount, AfterValidator(_canonical_value)]
+PropertyDecimal = Annotated[
+    Decimal,
+    BeforeValidator(_canonical_value),
+    PlainSerializer(lambda d: format(d, "f"), return_type=str, when_used="json"),
+    WithJsonSchema({"type": "string", "pattern": DECIMAL_PATTERN}),
+]
 
 PropertyName = Annotated[str, Field(pattern=PROPERTY_NAME_PATTERN)]
-PropertyText = Annotated[str, Field(max_length=MAX_PROPERTY_TEXT)]
+PropertyText = Annotated[str, Field(max_length=MAX_PROPERTY_TEXT, pattern=TEXT_PATTERN)]
 
 _TEXT_MAP_SCHEMA = {
     "type": "object",
     "maxProperties": MAX_PROPERTIES,
     "propertyNames": {"pattern": PROPERTY_NAME_PATTERN},
-    "additionalProperties": {"type": "string", "maxLength": MAX_PROPERTY_TEXT},
+    "additionalProperties": {
+        "type": "string",
+        "maxLength": MAX_PROPERTY_TEXT,
+        "pattern": TEXT_PATTERN,
+    },
 }
 _DECIMAL_MAP_SCHEMA = {
     "type": "object",
@@ -271,7 +357,7 @@ class SubscriptionStarted(_SubscriptionEvent):
     event_type: ClassVar[str] = "subscription.started"
 
     plan_code: Code
-    plan_version: Annotated[int, Field(ge=1)]
+    plan_version: Annotated[int, Field(ge=1, le=MAX_INT32)]
 
 
 class SubscriptionChanged(_SubscriptionEvent):
@@ -281,7 +367,7 @@ class SubscriptionChanged(_SubscriptionEvent):
     event_type: ClassVar[str] = "subscription.changed"
 
     plan_code: Code
-    plan_version: Annotated[int, Field(ge=1)]
+    plan_version: Annotated[int, Field(ge=1, le=MAX_INT32)]
 
 
 class SubscriptionEnded(_SubscriptionEvent):
@@ -290,7 +376,7 @@ class SubscriptionEnded(_SubscriptionEvent):
 
     event_type: ClassVar[str] = "subscription.ended"
 
-    reason: Annotated[str, Field(max_length=512)] | None = None
+    reason: Text512 | None = None
 
 
 SubscriptionEvent = SubscriptionStarted | SubscriptionChanged | SubscriptionEnded
@@ -304,7 +390,7 @@ class TaxAmount(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    tax_code: str
+    tax_code: Annotated[str, Field(min_length=1, max_length=64, pattern=TEXT_PATTERN)]
     rate: Amount
     taxable_amount: Amount
     amount: Amount
@@ -315,10 +401,10 @@ class LineSummary(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    description: str
+    description: Text1024
     amount: Amount
     quantity: Quantity | None = None
-    unit: str | None = None
+    unit: Text64 | None = None
 
 
 class SourceRange(BaseModel):
@@ -326,10 +412,10 @@ class SourceRange(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    topic: str
-    partition: Annotated[int, Field(ge=0)]
-    first_offset: Annotated[int, Field(ge=0)]
-    last_offset: Annotated[int, Field(ge=0)]
+    topic: Annotated[str, Field(pattern=r"^[A-Za-z0-9._-]{1,249}$")]
+    partition: Int32
+    first_offset: Annotated[int, Field(ge=0, le=MAX_INT64)]
+    last_offset: Annotated[int, Field(ge=0, le=MAX_INT64)]
 
 
 # --------------------------------------------------------------------------- rated invoices
@@ -467,15 +553,15 @@ class InvoiceIssued(EventData):
 
     event_type: ClassVar[str] = "invoice.issued"
 
-    invoice_id: str
-    invoice_number: str
-    revision: Annotated[int, Field(ge=1)]
+    invoice_id: DocumentRef
+    invoice_number: DocumentNumber
+    revision: Revision
     customer_id: CustomerId
-    customer_name: str
-    email: str
+    customer_name: Name
+    email: Recipient
     billing_period: Period
     currency: Currency
-    line_count: Annotated[int, Field(ge=0)]
+    line_count: Int32
     subtotal: Amount
     tax_total: Amount
     total: Amount
@@ -483,7 +569,7 @@ class InvoiceIssued(EventData):
     largest_lines: tuple[LineSummary, ...] = ()
     issued_at: UtcDateTime
     #: Invoice id of the revision this one replaces (after a credit note), if any.
-    supersedes_invoice_id: str | None = None
+    supersedes_invoice_id: DocumentRef | None = None
     source: tuple[SourceRange, ...] = ()
     #: Rated invoices only (absent from the JSON otherwise, so an invoice without
     #: rating serialises exactly as before these fields existed): every charge line,
@@ -500,20 +586,20 @@ class CreditNoteIssued(EventData):
 
     event_type: ClassVar[str] = "credit_note.issued"
 
-    credit_note_id: str
-    credit_note_number: str
-    invoice_id: str
-    invoice_number: str
-    revision: Annotated[int, Field(ge=1)]
+    credit_note_id: DocumentRef
+    credit_note_number: DocumentNumber
+    invoice_id: DocumentRef
+    invoice_number: DocumentNumber
+    revision: Revision
     customer_id: CustomerId
-    customer_name: str
-    email: str
+    customer_name: Name
+    email: Recipient
     billing_period: Period
     currency: Currency
     subtotal: Amount
     tax_total: Amount
     total: Amount
-    reason: str
+    reason: Text2000
     issued_at: UtcDateTime
 
 
@@ -522,12 +608,12 @@ class InvoiceVoided(EventData):
 
     event_type: ClassVar[str] = "invoice.voided"
 
-    invoice_id: str
-    invoice_number: str
-    revision: Annotated[int, Field(ge=1)]
+    invoice_id: DocumentRef
+    invoice_number: DocumentNumber
+    revision: Revision
     customer_id: CustomerId
     billing_period: Period
-    reason: str
+    reason: Text2000
     voided_at: UtcDateTime
 
 
@@ -666,8 +752,8 @@ class Envelope(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     specversion: Literal["1.0"] = "1.0"
-    id: Annotated[str, Field(min_length=1, max_length=256)]
-    source: Annotated[str, Field(min_length=1)]
+    id: Annotated[str, Field(min_length=1, max_length=256, pattern=TEXT_PATTERN)]
+    source: Annotated[str, Field(min_length=1, max_length=512, pattern=TEXT_PATTERN)]
     type: str
     time: UtcDateTime
     subject: CustomerId

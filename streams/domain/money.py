@@ -10,6 +10,8 @@ pipeline is known to bill in are listed, any other code is refused.
 
 from __future__ import annotations
 
+import decimal
+import re
 from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
 from typing import Annotated, Any
 
@@ -31,8 +33,26 @@ MINOR_UNITS: dict[str, int] = {
     "KWD": 3,
 }
 
-#: Pattern of a decimal number written as a JSON string.
-DECIMAL_PATTERN = r"^-?[0-9]+(\.[0-9]+)?$"
+#: Most integer digits of an amount or quantity on the wire (the contract, issue 10).
+#: 10^18 - 1 is beyond any charge in any currency we bill (even in KRW, 10^18 won is
+#: about 700 trillion USD), and 18 + 20 = 38 significant digits is the largest exact
+#: decimal of the ledgers and warehouses our subscribers load invoices into
+#: (``DECIMAL(38, s)`` in SQL Server, Oracle, Snowflake, Redshift, Databricks).
+MAX_INTEGER_DIGITS = 18
+#: Most decimal places of an amount or quantity on the wire. Cloud usage exports carry
+#: up to ~15 (the FOCUS sample: 11 for costs, 15 for consumed quantities); 20 leaves room
+#: and keeps every value inside ``DECIMAL(38, 20)``.
+MAX_DECIMALS = 20
+
+#: Pattern of a decimal number written as a JSON string: plain digits (no exponent,
+#: no ``+``, no whitespace, no digits of other scripts), at most
+#: :data:`MAX_INTEGER_DIGITS` before the point and :data:`MAX_DECIMALS` after it.
+DECIMAL_PATTERN = rf"^-?[0-9]{{1,{MAX_INTEGER_DIGITS}}}(\.[0-9]{{1,{MAX_DECIMALS}}})?$"
+_DECIMAL_RE = re.compile(DECIMAL_PATTERN)
+
+#: Significant digits of the context :func:`round_money` quantizes in: wide enough for
+#: any sum of bounded amounts, so quantizing never fails for lack of precision.
+_ROUNDING_PRECISION = 80
 
 
 class UnknownCurrency(DomainError):
@@ -63,11 +83,22 @@ def round_money(amount: Decimal, currency: str) -> Decimal:
     >>> round_money(Decimal("0.135"), "USD")
     Decimal('0.14')
 
+    Quantizes in a context of :data:`_ROUNDING_PRECISION` digits: the default context
+    (28 digits) cannot quantize ``1E+30`` to cents and raised ``InvalidOperation``,
+    which an invoice job retried for ever (issue 10).
+
     Raises:
         UnknownCurrency: see :func:`minor_unit_exponent`.
+        InvalidAmount: ``amount`` is not finite, or too large to round exactly.
     """
     quantum = Decimal(1).scaleb(-minor_unit_exponent(currency))
-    return amount.quantize(quantum, rounding=ROUND_HALF_EVEN)
+    try:
+        with decimal.localcontext() as ctx:
+            ctx.prec = _ROUNDING_PRECISION
+            ctx.traps[InvalidOperation] = True
+            return amount.quantize(quantum, rounding=ROUND_HALF_EVEN)
+    except (InvalidOperation, TypeError) as exc:
+        raise InvalidAmount(f"cannot round {amount!r} to {currency}: {exc!r}") from None
 
 
 def parse_decimal(value: object, *, what: str = "amount") -> Decimal:
@@ -125,16 +156,49 @@ def canonical_decimal(value: Decimal) -> Decimal:
     return Decimal((sign, tuple(kept), exponent))
 
 
+def contract_decimal(value: object, *, what: str = "amount") -> Decimal:
+    """An amount or quantity as the contract takes it (issue 10): a decimal string of
+    the form :data:`DECIMAL_PATTERN`, an ``int`` or a finite ``Decimal``, with at most
+    :data:`MAX_INTEGER_DIGITS` integer digits and :data:`MAX_DECIMALS` decimal places.
+
+    The bounds are checked on the digits, never by expanding the number, so
+    ``Decimal("1E+999999")`` is refused at once.
+
+    Raises:
+        InvalidAmount: anything else (a float, a bool, ``NaN``, an exponent, spaces,
+            ``+``, digits of another script, or too many digits).
+    """
+    if isinstance(value, str) and not _DECIMAL_RE.fullmatch(value):
+        shown = value if len(value) <= 40 else f"{value[:40]}… ({len(value)} characters)"
+        raise InvalidAmount(
+            f"{what} {shown!r} is not a plain decimal string with at most "
+            f"{MAX_INTEGER_DIGITS} integer digits and {MAX_DECIMALS} decimals"
+        )
+    result = parse_decimal(value, what=what)
+    _sign, digits, exponent = result.as_tuple()
+    if not isinstance(exponent, int):  # pragma: no cover - parse_decimal refused non-finite
+        raise InvalidAmount(f"{what} {value!r} is not finite")
+    integer_digits = max(len(digits) + exponent, 1)
+    places = max(-exponent, 0)
+    if integer_digits > MAX_INTEGER_DIGITS or places > MAX_DECIMALS:
+        raise InvalidAmount(
+            f"{what} has {integer_digits} integer digits and {places} decimals; at most "
+            f"{MAX_INTEGER_DIGITS} and {MAX_DECIMALS} are allowed"
+        )
+    return result
+
+
 def _validate_amount(value: Any) -> Decimal:
     # pydantic turns ValueError into a ValidationError naming the field.
     try:
-        return parse_decimal(value)
+        return contract_decimal(value)
     except InvalidAmount as exc:
         raise ValueError(str(exc)) from None
 
 
 #: A money amount in a pydantic model: exact Decimal in, decimal *string* out in
-#: JSON (never a JSON number, so no consumer parses it as a float).
+#: JSON (never a JSON number, so no consumer parses it as a float). Bounded by
+#: :func:`contract_decimal` (:data:`MAX_INTEGER_DIGITS`, :data:`MAX_DECIMALS`).
 Amount = Annotated[
     Decimal,
     BeforeValidator(_validate_amount),

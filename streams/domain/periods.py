@@ -15,8 +15,9 @@ from streams.domain.errors import InvalidPeriod
 
 _PERIOD = re.compile(r"^(\d{4})-(0[1-9]|1[0-2])$")
 
-#: Pattern of a billing period as written in events and JSON Schema.
-PERIOD_PATTERN = r"^[0-9]{4}-(0[1-9]|1[0-2])$"
+#: Pattern of a billing period as written in events and JSON Schema: a month from
+#: 1970-01 to 9999-12 (the years :class:`BillingPeriod` accepts).
+PERIOD_PATTERN = r"^(19[7-9][0-9]|[2-9][0-9]{3})-(0[1-9]|1[0-2])$"
 
 
 @dataclass(frozen=True, order=True)

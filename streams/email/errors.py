@@ -12,13 +12,17 @@ Tree::
         ├── RenderError         the document cannot become an email (bad recipient, currency)
         └── SmtpPermanentError  a 5xx reply (recipient or message refused)
 
-Transient errors keep the record in Kafka (the sender seeks back to it and tries
+The split is the kernel's (:mod:`streams.billing.failures`): ``TransientEmailError``
+is a :class:`~streams.billing.failures.TransientError`, ``PermanentEmailError`` a
+:class:`~streams.billing.failures.PermanentError`. Transient errors keep the record in Kafka (the sender seeks back to it and tries
 again); permanent ones are written to ``email_deliveries`` as ``status='skipped'``
 with a ``skip_reason`` saying why, so that they are auditable and found by
 reconciliation (DESIGN "Outbox retention and reconciliation").
 """
 
 from __future__ import annotations
+
+from streams.billing.failures import PermanentError, TransientError
 
 
 class EmailError(Exception):
@@ -29,11 +33,11 @@ class EmailConfigurationError(EmailError):
     """The sender's configuration cannot work (e.g. an invalid from address); raised at start."""
 
 
-class TransientEmailError(EmailError):
+class TransientEmailError(EmailError, TransientError):
     """A failure that may pass (SMTP or database unavailable): retry, never skip."""
 
 
-class PermanentEmailError(EmailError):
+class PermanentEmailError(EmailError, PermanentError):
     """A failure that repeats for the same input: record it and move on.
 
     ``reason`` is the short text stored in ``email_deliveries.skip_reason``.

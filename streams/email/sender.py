@@ -79,10 +79,12 @@ from tenacity import (
 
 from streams.billing.commit import CommitPoint
 from streams.billing.dead_letters import DeadLetterError
+from streams.billing.failures import Disposition, classify
 from streams.billing.ports import DeadLetterSink, KafkaSource, MailTransport
+from streams.billing.rows import DeadLetterRecord, SourceCoordinates
 from streams.domain.codec import decode
 from streams.domain.errors import InvalidEvent
-from streams.domain.events import CreditNoteIssued, InvoiceIssued, InvoiceVoided
+from streams.domain.events import CreditNoteIssued, Envelope, InvoiceIssued, InvoiceVoided
 from streams.email.errors import (
     EmailConfigurationError,
     RenderError,
@@ -287,6 +289,34 @@ class EmailSender:
             envelope = decode(msg.key(), msg.value(), _headers(msg), allowed=ALLOWED_TYPES)
         except InvalidEvent as exc:
             return self._invalid(msg, coords, None, exc.reason)
+        try:
+            return self._process_event(msg, coords, envelope)
+        except TransientEmailError:
+            raise
+        except Exception as exc:
+            # One table says what this is (streams/billing/failures.py): a permanent failure
+            # is this record's (a value the database refuses, arithmetic on its amounts):
+            # dead-lettered once, never retried; anything else is retried, and alerted.
+            failure = classify(exc)
+            if failure.permanent:
+                EMAIL_FAILURES.labels(kind="permanent").inc()
+                return self._invalid(
+                    msg,
+                    coords,
+                    envelope.id,
+                    f"cannot be processed: {failure.reason}",
+                    kind="unwritable",
+                )
+            if failure.disposition is Disposition.UNEXPECTED:
+                logger.error(
+                    "ALERT email of event %s failed unexpectedly", envelope.id, exc_info=exc
+                )
+            raise TransientEmailError(failure.reason) from exc
+
+    def _process_event(
+        self, msg: Message, coords: tuple[str, int, int], envelope: Envelope
+    ) -> ProcessResult:
+        """:meth:`process` once the record decoded."""
         data = envelope.data
         if isinstance(data, InvoiceVoided):
             IGNORED_RECORDS.labels(type=data.event_type).inc()
@@ -321,16 +351,26 @@ class EmailSender:
         return self._deliver(new, message)
 
     def _invalid(
-        self, msg: Message, coords: tuple[str, int, int], event_id: str | None, reason: str
+        self,
+        msg: Message,
+        coords: tuple[str, int, int],
+        event_id: str | None,
+        reason: str,
+        *,
+        kind: str = "invalid",
     ) -> ProcessResult:
         """Dead-letter ``msg`` as it was read (when a dead-letter topic is configured),
-        then log and count it; the caller commits its offset.
+        once: a record found in ``dead_letters`` (a redelivery) is not published again;
+        otherwise published, then recorded there. Then log and count it; the caller
+        commits its offset.
 
         Raises:
-            TransientEmailError: the dead letter was not delivered: the record is
-                processed again, its offset not committed.
+            TransientEmailError: the dead letter was not delivered, or the database
+                could not say or record it: the record is processed again, its offset
+                not committed.
         """
-        if self._dead_letters is not None:
+        source = SourceCoordinates(*coords)
+        if self._dead_letters is not None and not self._store.dead_lettered(source):
             try:
                 self._dead_letters.publish(
                     key=msg.key(),
@@ -339,7 +379,7 @@ class EmailSender:
                     source_topic=coords[0],
                     source_partition=coords[1],
                     source_offset=coords[2],
-                    kind="invalid",
+                    kind=kind,
                     reason=reason,
                     attributed=msg.key() is not None,
                 )
@@ -347,6 +387,16 @@ class EmailSender:
                 raise TransientEmailError(
                     f"dead-lettering {coords[0]}/{coords[1]}@{coords[2]} failed: {exc}"
                 ) from exc
+            self._store.record_dead_letter(
+                DeadLetterRecord(
+                    *coords,
+                    self._dead_letters.topic,
+                    kind,
+                    reason,
+                    event_id,
+                    [],
+                )
+            )
         INVALID_RECORDS.inc()
         logger.error(
             "undecodable record %s/%d@%d (event id %s) dead-lettered, no email: %s",

@@ -40,6 +40,8 @@ import psycopg
 from psycopg.rows import class_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
+from streams.billing.rows import DeadLetterRecord, SourceCoordinates
+from streams.billing.store import dead_letters
 from streams.email.errors import PermanentEmailError, StoreUnavailable
 from streams.email.render import DocumentRef
 
@@ -149,6 +151,14 @@ class Deliveries(Protocol):
     def deliver(self, document_key: str, send: Callable[[], None]) -> Delivered:
         """Send the claimed email and mark it, under the row lock (``SENT``, ``REJECTED``
         or ``ALREADY_FINAL``); a transient error of ``send`` propagates, nothing marked."""
+        ...
+
+    def dead_lettered(self, source: SourceCoordinates) -> bool:
+        """Whether the record at ``source`` was dead-lettered already (``dead_letters``)."""
+        ...
+
+    def record_dead_letter(self, letter: DeadLetterRecord) -> None:
+        """Record that a record was dead-lettered (after the topic acknowledged it)."""
         ...
 
     def get(
@@ -308,6 +318,27 @@ class DeliveryStore:
             if row is not None:
                 return Claim(ClaimKind.NEW, row)
             return self._existing(conn, new)
+
+    def dead_lettered(self, source: SourceCoordinates) -> bool:
+        """Whether the record at ``source`` was dead-lettered already (``dead_letters``,
+        migration 0007): a redelivered bad record is not dead-lettered again.
+
+        Raises:
+            StoreUnavailable: transient database failure.
+        """
+        with self._transaction() as conn:
+            return bool(
+                dead_letters.recorded(conn, source.topic, source.partition, [source.offset])
+            )
+
+    def record_dead_letter(self, letter: DeadLetterRecord) -> None:
+        """Record that a record was dead-lettered (after the topic acknowledged it).
+
+        Raises:
+            StoreUnavailable: transient database failure.
+        """
+        with self._transaction() as conn:
+            dead_letters.record(conn, [letter])
 
     def deliver(self, document_key: str, send: Callable[[], None]) -> Delivered:
         """Send the claimed email of ``document_key`` and mark it, under the row lock.

@@ -75,18 +75,37 @@ def check_compat_command(
             "refusing (weaker: a breaking change older than the clone depth passes).",
         ),
     ] = False,
+    propose_exceptions: Annotated[
+        bool,
+        typer.Option(
+            "--propose-exceptions",
+            help="Print the `accept` block of schemas/compat-exceptions.yaml that would "
+            "accept the narrowings found (a starting point: an exception needs a reason "
+            "and a verification, see docs/subscribing.md).",
+        ),
+    ] = False,
 ) -> None:
     """Refuse schema changes that would break existing consumers of a topic version.
 
     Adding optional fields, event types and topics is accepted; anything else needs
-    a new topic version (<name>.v2). See streams/schemas/compat.py for the rules.
+    a new topic version (<name>.v2), or a documented exception in
+    schemas/compat-exceptions.yaml. See streams/schemas/compat.py for the rules.
     """
     from streams.schemas.compat import BaseUnavailable, CompatError, check_compat
 
     with exit_on(
         (BaseUnavailable, 2, "cannot read the base"), (CompatError, 2, "cannot compare"), to=console
     ):
-        report = check_compat(folder, base, allow_shallow=allow_shallow)
+        report = check_compat(
+            folder, base, allow_shallow=allow_shallow, exceptions=[] if propose_exceptions else None
+        )
+    if propose_exceptions:
+        import yaml
+
+        from streams.schemas.compat import propose_exceptions as propose
+
+        print(yaml.safe_dump({"accept": propose(report.problems)}, sort_keys=True))
+        return
     if report.base is None:
         console.print("schemas compat: no earlier commit to compare against; nothing to check")
         return
@@ -95,6 +114,14 @@ def check_compat_command(
         if base is not None
         else f"{len(report.bases)} committed version(s), newest {report.base[:12]}"
     )
+    by_exception: dict[str, int] = {}
+    for _accepted, exception_id in report.accepted:
+        by_exception[exception_id] = by_exception.get(exception_id, 0) + 1
+    for exception_id, count in sorted(by_exception.items()):
+        console.print(
+            f"schemas compat: {count} narrowing(s) accepted by the documented exception "
+            f"{exception_id!r} (schemas/compat-exceptions.yaml)"
+        )
     for problem in report.problems:
         console.print(f"[red]breaking[/]: {problem}")
     if report.problems:

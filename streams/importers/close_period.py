@@ -96,6 +96,7 @@ from streams.adapters.lease import (
 )
 from streams.adapters.progress import progress_bar
 from streams.billing import fencing, store
+from streams.billing.failures import classify
 from streams.domain.codec import decode, encode, headers_dict
 from streams.domain.errors import InvalidEvent
 from streams.domain.events import (
@@ -313,7 +314,14 @@ def _scan_topic(
                     ends.pop(partition)
                 try:
                     customer = _billable_customer(msg, wanted, scan)
-                except InvalidEvent:
+                except Exception as exc:
+                    # One bad record never aborts a period's close (issue 10): what the
+                    # codec refuses, or any failure that is the record's own
+                    # (streams/billing/failures.py), is counted — the workers dead-letter
+                    # it; only a failure of the scan itself ends the run.
+                    failure = classify(exc)
+                    if not (isinstance(exc, InvalidEvent) or failure.permanent):
+                        raise
                     scan.undecodable += 1
                     continue
                 if customer is not None:

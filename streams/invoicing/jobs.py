@@ -54,14 +54,16 @@ import psycopg
 
 from streams.billing import fencing, rows
 from streams.billing.commit import write_fenced
+from streams.billing.failures import Disposition, classify
 from streams.billing.issuance import NotIssued, issue, tax_idempotency_key
-from streams.billing.ports import Database, TaxRejected, TaxService, TaxUnavailable
+from streams.billing.ports import Database, TaxService
 from streams.billing.rating import PriceBooks, Rated, gather, hold_codes, hold_reason, rate_period
 from streams.billing.stores import POSTGRES, Stores
-from streams.domain.errors import DomainError, InvoiceRuleViolation
+from streams.domain.errors import InvoiceRuleViolation
 from streams.domain.events import invoice_id_for
-from streams.domain.invoice import apply_tax
+from streams.domain.invoice import UsageLine, apply_tax
 from streams.invoicing.metrics import (
+    CROSS_PARTITION_USAGE,
     HOLDS,
     JOB_SECONDS,
     RATED_EVENTS,
@@ -80,6 +82,9 @@ class Outcome(Enum):
     ALREADY_INVOICED = "already_invoiced"
     HELD = "held"
     RETRY = "retry"
+    #: another writer (a replay) committed this revision's tax document and has not
+    #: written its invoice yet: retry later, then find its invoice
+    CONTENDED = "contended"
     FAILED = "failed"
     CANCELLED = "cancelled"
     FENCED = "fenced"
@@ -88,7 +93,8 @@ class Outcome(Enum):
 @dataclass(frozen=True)
 class JobResult:
     """What a job did, for the poll thread: commit the marker's offset unless RETRY,
-    FENCED or CANCELLED; FAILED means dead-letter the marker and hold the customer."""
+    CONTENDED, FENCED or CANCELLED; FAILED means dead-letter the marker and hold the
+    customer."""
 
     marker: rows.CloseMarker
     token: fencing.FencingToken
@@ -116,26 +122,34 @@ def run_invoice_job(
     ctx: JobContext, marker: rows.CloseMarker, token: fencing.FencingToken, cancel: threading.Event
 ) -> JobResult:
     """Build, tax and write the invoice of ``marker`` under ``token``. Never raises:
-    every outcome is a :class:`JobResult` (transient errors → RETRY)."""
+    every outcome is a :class:`JobResult`. Failures are classified by
+    :func:`streams.billing.failures.classify`: fenced → FENCED; permanent (a rule, an
+    arithmetic failure on the data, a refusal by the tax service or by PostgreSQL) →
+    FAILED, dealt with once (the marker dead-lettered, the customer held), never
+    retried for ever; contended (the tax document of this revision was committed by
+    another writer) → the invoice that writer wrote, or CONTENDED (retried);
+    transient and unexpected → RETRY (an unexpected one is logged as an ALERT)."""
     started = time.monotonic()
     try:
         result = _run(ctx, marker, token, cancel)
-    except fencing.Fenced as exc:
-        result = JobResult(marker, token, Outcome.FENCED, str(exc))
-    except (
-        TaxUnavailable,
-        psycopg.OperationalError,
-        psycopg.errors.SerializationFailure,
-        psycopg.errors.DeadlockDetected,
-    ) as exc:
-        result = JobResult(marker, token, Outcome.RETRY, f"{type(exc).__name__}: {exc}")
-    except (TaxRejected, DomainError) as exc:
-        result = JobResult(marker, token, Outcome.FAILED, f"{type(exc).__name__}: {exc}")
-    except Exception as exc:  # an unexpected bug: retry (bounded by the operator), never drop
-        log.exception(
-            "invoice job for %s %s failed unexpectedly", marker.customer_id, marker.billing_period
-        )
-        result = JobResult(marker, token, Outcome.RETRY, f"unexpected {type(exc).__name__}: {exc}")
+    except Exception as exc:
+        failure = classify(exc)
+        detail = failure.reason
+        if failure.disposition is Disposition.FENCED:
+            result = JobResult(marker, token, Outcome.FENCED, str(exc))
+        elif failure.disposition is Disposition.PERMANENT:
+            result = JobResult(marker, token, Outcome.FAILED, detail)
+        elif failure.disposition is Disposition.CONTENDED:
+            result = _contended(ctx, marker, token, detail)
+        else:
+            if failure.disposition is Disposition.UNEXPECTED:
+                log.exception(
+                    "ALERT invoice job for %s %s failed unexpectedly",
+                    marker.customer_id,
+                    marker.billing_period,
+                )
+                detail = f"unexpected {detail}"
+            result = JobResult(marker, token, Outcome.RETRY, detail)
     seconds = time.monotonic() - started
     JOB_SECONDS.observe(seconds)
     return JobResult(
@@ -147,6 +161,45 @@ def run_invoice_job(
         result.invoice_number,
         seconds,
     )
+
+
+def _contended(
+    ctx: JobContext, marker: rows.CloseMarker, token: fencing.FencingToken, detail: str
+) -> JobResult:
+    """The tax service holds another writer's document for this revision (HTTP 409 on
+    ``<invoice id>:r<revision>``): a replay racing the worker on revision 1 (issue 10).
+    If that writer's invoice is written, this marker is done (already invoiced);
+    otherwise wait for it (CONTENDED: the poll thread retries with a growing backoff).
+
+    Raises nothing: a database failure here is a RETRY."""
+    try:
+        with ctx.pool.connection() as conn:
+            existing = ctx.stores.invoices.current_invoice(
+                conn, marker.customer_id, marker.billing_period
+            )
+        if existing is not None:
+            _record_close(ctx, marker, token, "already_invoiced", existing.invoice_id)
+            return JobResult(
+                marker,
+                token,
+                Outcome.ALREADY_INVOICED,
+                f"{existing.invoice_number} written by another writer",
+                existing.invoice_id,
+                existing.invoice_number,
+            )
+    except fencing.Fenced as exc:
+        return JobResult(marker, token, Outcome.FENCED, str(exc))
+    except Exception as exc:
+        return JobResult(marker, token, Outcome.RETRY, classify(exc).reason)
+    return JobResult(marker, token, Outcome.CONTENDED, detail)
+
+
+class CrossPartitionUsage(InvoiceRuleViolation):
+    """A customer has usage of the period on other partitions than its close marker's:
+    the topic gained partitions and moved the customer (DESIGN §5). Nothing orders
+    those lines against the marker, so the invoice is refused (held) rather than
+    built from part of the usage; the runbook is in docs/operations.md "Adding
+    partitions"."""
 
 
 def _record_close(
@@ -199,6 +252,7 @@ def _run(
     customer_id, period = marker.customer_id, marker.billing_period
     # 1. read
     inputs = None
+    elsewhere: list[UsageLine] = []
     with ctx.pool.connection() as conn, conn.transaction():
         existing = ctx.stores.invoices.current_invoice(conn, customer_id, period)
         holds = [] if existing else ctx.stores.holds.open_holds(conn, customer_id, period)
@@ -212,6 +266,17 @@ def _run(
                 marker.source.partition,
                 marker.source.offset,
             )
+            elsewhere = ctx.stores.usage.usage_elsewhere(
+                conn, customer_id, period, marker.source.topic, marker.source.partition
+            )
+            if elsewhere and marker.reason == "hold_released":
+                # An operator released the hold after checking every partition was read
+                # to its end (docs/operations.md): the usage of every partition is the
+                # customer's.
+                lines = sorted(
+                    [*lines, *elsewhere],
+                    key=lambda line: (line.source_partition, line.source_offset),
+                )
             inputs = gather(
                 conn,
                 marker,
@@ -242,6 +307,33 @@ def _run(
     if customer is None or inputs is None:
         raise InvoiceRuleViolation(
             f"customer {customer_id!r} has no customer.upserted before its close marker"
+        )
+    if elsewhere:
+        partitions = sorted({line.source_partition for line in elsewhere})
+        if marker.reason != "hold_released":
+            CROSS_PARTITION_USAGE.inc()
+            log.error(
+                "ALERT %s %s has %d usage line(s) on partition(s) %s, its close marker is on "
+                "%s: the topic gained partitions; invoice held (docs/operations.md)",
+                customer_id,
+                period,
+                len(elsewhere),
+                partitions,
+                marker.source.partition,
+            )
+            raise CrossPartitionUsage(
+                f"{len(elsewhere)} usage line(s) of {customer_id} {period} were read from "
+                f"partition(s) {partitions} of {marker.source.topic}, the close marker from "
+                f"partition {marker.source.partition} (the topic gained partitions): not "
+                "invoiced from part of the usage. Once every partition is read to its end, "
+                "release this hold: the released close includes every partition"
+            )
+        log.warning(  # the lines were added to the pass-through lines at the read
+            "invoice of %s %s includes %d usage line(s) of partition(s) %s (hold released)",
+            customer_id,
+            period,
+            len(elsewhere),
+            partitions,
         )
 
     # 2. rate and price: refuse bad data now, while no tax document is committed for this key

@@ -36,6 +36,25 @@ JOBS_IN_FLIGHT = Gauge("invoicing_invoice_jobs_in_flight", "Invoice jobs running
 OWNED_PARTITIONS = Gauge(
     "invoicing_owned_partitions", "Partitions this worker holds a fence claim for"
 )
+FAILURES = Counter(
+    "invoicing_worker_failures_total",
+    "Failures the worker met, by stage (claim, read, write, dead_letter, invoice) and "
+    "disposition (streams.billing.failures: transient, permanent, contended, fenced, unexpected)",
+    ["stage", "disposition"],
+)
+BISECTIONS = Counter(
+    "invoicing_batch_bisections_total",
+    "Batches split because a write failed permanently (a record PostgreSQL refused)",
+)
+DATABASE_BACKOFFS = Counter(
+    "invoicing_database_backoffs_total",
+    "Times the poll thread stopped calling the database for a while after a transient failure",
+)
+CROSS_PARTITION_USAGE = Counter(
+    "invoicing_cross_partition_usage_total",
+    "Close markers whose customer has usage of the period on another partition "
+    "(the topic gained partitions): held, never invoiced from part of the usage",
+)
 RATING_SECONDS = Histogram(
     "invoicing_rating_seconds",
     "Wall time of the rating step of one invoice job (aggregation, segments, rate(), pricing)",

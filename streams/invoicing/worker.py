@@ -20,6 +20,25 @@ Per partition, records are handled in offset order:
   ``invoice_holds``) so nobody is invoiced from partial data; a record that names
   no usable customer is dead-lettered all the same, logged at ERROR and counted.
 
+**Bad input never stalls a partition** (DESIGN §3 invariant 5, issue 10). Every
+failure is classified by :func:`streams.billing.failures.classify`: transient and
+unexpected ones back the partition off and retry; a permanent one is dealt with
+once. A batch whose transaction fails permanently (PostgreSQL refuses a value of
+one record) is **bisected** until the one record is found; it is dead-lettered
+(``unwritable``) and its customer held, and its neighbours are written. Each
+dead letter is produced and acknowledged *before* the transaction that moves past
+it (never inside one), which records it in ``dead_letters`` with the holds; every
+batch first reads those rows for its offsets, so a record dead-lettered once is
+skipped on every redelivery — never dead-lettered, never tried again.
+
+**The poll thread is never held** by a dependency that is away: every database
+call of the poll thread waits at most ``db_timeout_s`` for a connection, and after
+a transient failure the poll thread stops calling the database for a backoff
+(claims stay pending, partitions paused), so a PostgreSQL outage costs one short
+wait per backoff instead of the pool's timeout per partition per poll; the
+dead-letter topic likewise (one bounded flush per batch, a backoff after a
+failure, letters still in flight never produced twice).
+
 Ownership: on assignment the worker parses its fencing token from
 ``consumer_group_metadata()`` and claims each partition's fence row upward
 (the partition fence of :mod:`streams.billing.fencing`); on revoke or loss it
@@ -28,9 +47,9 @@ was in flight"). Every write transaction checks the fence; a refused write drops
 the partition's work without committing offsets. What the worker knows of each
 assigned partition is one :class:`~streams.invoicing.partitions.PartitionState`.
 
-The SQL, the fences, the issuance transaction, the commit point and the
-dead-letter sink are the billing kernel's (:mod:`streams.billing`); the worker
-is the loop around them, built by :func:`streams.bootstrap.invoicing_worker`.
+The SQL, the fences, the issuance transaction, the commit point, the dead-letter
+sink and the failure table are the billing kernel's (:mod:`streams.billing`); the
+worker is the loop around them, built by :func:`streams.bootstrap.invoicing_worker`.
 """
 
 from __future__ import annotations
@@ -42,12 +61,14 @@ import signal
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
 from confluent_kafka import KafkaException, TopicPartition
+from psycopg_pool import PoolTimeout
 
 from streams import topics
 from streams.adapters.kafka import Record, group_metadata, record_of
@@ -56,18 +77,21 @@ from streams.billing.commit import CommitPoint, write_fenced
 from streams.billing.dead_letters import (
     DeadLetterError,
     DeadLetters,
+    Delivery,
+    Letter,
     customers_of,
     header_text,
     period_of,
 )
+from streams.billing.failures import Disposition, Failure, TransientError, classify
 from streams.billing.metrics import CLAIMS_REFUSED, FENCING_REFUSALS
 from streams.billing.ports import Database, KafkaSink, KafkaSource, TaxService
 from streams.billing.stores import POSTGRES, Stores
 from streams.domain.codec import decode
-from streams.domain.errors import InvalidEvent
 from streams.domain.events import (
     BillingPeriodClosed,
     CustomerUpserted,
+    Envelope,
     SubscriptionChanged,
     SubscriptionEnded,
     SubscriptionStarted,
@@ -76,6 +100,9 @@ from streams.domain.events import (
 )
 from streams.invoicing.jobs import JobContext, JobResult, Outcome, run_invoice_job
 from streams.invoicing.metrics import (
+    BISECTIONS,
+    DATABASE_BACKOFFS,
+    FAILURES,
     HOLDS,
     INVOICES,
     JOBS_IN_FLIGHT,
@@ -88,6 +115,9 @@ from streams.settings import Settings
 
 log = logging.getLogger("streams.invoicing.worker")
 
+#: The event types the worker reads; any other type on the topic is dead-lettered.
+#: A new stored type is added here and to the batch routing of :meth:`InvoicingWorker._handle`
+#: and the batch write; its failures need no new handling (streams/billing/failures.py).
 ACCOUNT_EVENT_TYPES = (
     CustomerUpserted,
     UsageRecorded,
@@ -101,7 +131,12 @@ ACCOUNT_EVENT_TYPES = (
 
 @dataclass
 class _Batch:
-    """Effects of a run of records of one partition, written in one transaction."""
+    """Effects of a run of records of one partition, written in one transaction.
+
+    ``letters`` are the dead letters handed to the producer for this run
+    (``deliveries``, waited for before the transaction) and recorded in
+    ``dead_letters`` by it; ``holds`` the holds they cause.
+    """
 
     customers: list[tuple[str, CustomerUpserted, rows.SourceCoordinates]] = field(
         default_factory=list
@@ -111,6 +146,105 @@ class _Batch:
     subscriptions: list[rows.SubscriptionRecord] = field(default_factory=list)
     holds: list[rows.HoldRequest] = field(default_factory=list)
     messages: list[Record] = field(default_factory=list)
+    letters: list[rows.DeadLetterRecord] = field(default_factory=list)
+    deliveries: list[Delivery] = field(default_factory=list)
+
+    def offsets(self) -> list[int]:
+        """The offsets with an effect in this batch, in order."""
+        found = {source.offset for _id, _data, source in self.customers}
+        found |= {record.source.offset for record in self.usage}
+        found |= {record.source.offset for record in self.metered}
+        found |= {record.source.offset for record in self.subscriptions}
+        found |= {hold["source"].offset for hold in self.holds}
+        found |= {letter.source_offset for letter in self.letters}
+        return sorted(found)
+
+    def split(self, at: int) -> tuple[_Batch, _Batch]:
+        """The effects of offsets below ``at``, and the others (deliveries stay out)."""
+        left, right = _Batch(), _Batch()
+        for item in self.customers:
+            (left if item[2].offset < at else right).customers.append(item)
+        for record in self.usage:
+            (left if record.source.offset < at else right).usage.append(record)
+        for metered in self.metered:
+            (left if metered.source.offset < at else right).metered.append(metered)
+        for event in self.subscriptions:
+            (left if event.source.offset < at else right).subscriptions.append(event)
+        for hold in self.holds:
+            (left if hold["source"].offset < at else right).holds.append(hold)
+        for letter in self.letters:
+            (left if letter.source_offset < at else right).letters.append(letter)
+        for msg in self.messages:
+            (left if msg.offset < at else right).messages.append(msg)
+        return left, right
+
+    def has_record_at(self, offset: int) -> bool:
+        """Whether a stored effect (customer, usage, metered or subscription event)
+        comes from ``offset``."""
+        return (
+            any(s.offset == offset for _i, _d, s in self.customers)
+            or any(r.source.offset == offset for r in self.usage)
+            or any(m.source.offset == offset for m in self.metered)
+            or any(e.source.offset == offset for e in self.subscriptions)
+        )
+
+
+class _Raced(TransientError):
+    """A usage id was stored by someone else between the batch's read and its write."""
+
+
+class _RecordConflicts(Exception):
+    """Metered or subscription events of the batch conflict with stored ones (same id,
+    another payload): the batch's transaction is rolled back, they are dead-lettered,
+    and the batch is written without them."""
+
+    def __init__(self, conflicts: list[rows.RecordConflict]) -> None:
+        super().__init__(f"{len(conflicts)} conflicting metered or subscription event(s)")
+        self.conflicts = conflicts
+
+
+class _Gate:
+    """Backoff of a dependency the poll thread calls: after a failure it stays closed
+    for ``initial_s`` seconds, doubling up to ``max_s`` while failures repeat."""
+
+    def __init__(self, name: str, initial_s: float, max_s: float) -> None:
+        self.name = name
+        self.initial_s = initial_s
+        self.max_s = max_s
+        self.closed_until = 0.0
+        self.failures = 0
+
+    def open(self) -> bool:
+        return time.monotonic() >= self.closed_until
+
+    def failed(self, reason: str) -> None:
+        self.failures += 1
+        wait = min(self.max_s, self.initial_s * 2 ** min(self.failures - 1, 10))
+        self.closed_until = time.monotonic() + wait
+        if self.name == "database":
+            DATABASE_BACKOFFS.inc()
+        log.warning(
+            "%s unavailable (%s); the poll thread leaves it alone for %.1fs",
+            self.name,
+            reason,
+            wait,
+        )
+
+    def succeeded(self) -> None:
+        if self.failures:
+            log.info("%s available again after %d failure(s)", self.name, self.failures)
+        self.failures = 0
+        self.closed_until = 0.0
+
+
+@dataclass(frozen=True)
+class _Decoded:
+    """A record of the run, decoded (``envelope``) or refused (``reason``)."""
+
+    msg: Record
+    source: rows.SourceCoordinates
+    envelope: Envelope | None
+    reason: str | None
 
 
 class InvoicingWorker:
@@ -132,6 +266,12 @@ class InvoicingWorker:
             PostgreSQL ones, :data:`streams.billing.stores.POSTGRES`).
         stop: when set, :meth:`run` finishes and returns.
         retry_backoff_s: pause of a partition after a transient failure (seconds).
+        db_timeout_s: longest wait of the poll thread for a database connection
+            (seconds); after a transient failure the poll thread leaves the database
+            alone for ``retry_backoff_s``, doubling up to 30 s.
+        dead_letter_timeout_s: longest wait for the dead letters of one batch (seconds).
+        shutdown_grace_s: on stop, how long running invoice jobs may take to finish
+            (queued ones are cancelled at once; their markers are redelivered).
     """
 
     def __init__(
@@ -145,6 +285,9 @@ class InvoicingWorker:
         stores: Stores[Any] = POSTGRES,
         stop: threading.Event | None = None,
         retry_backoff_s: float = 2.0,
+        db_timeout_s: float = 2.0,
+        dead_letter_timeout_s: float = 10.0,
+        shutdown_grace_s: float = 30.0,
     ) -> None:
         prefix = settings.kafka.topic_prefix
         self.settings = settings
@@ -157,7 +300,10 @@ class InvoicingWorker:
         self.producer = producer
         self.commit_point = CommitPoint(self.consumer)
         self.dead_letters = DeadLetters(
-            self.producer, topics.ACCOUNT_EVENTS_DLQ.with_prefix(prefix).name, self.group_id
+            self.producer,
+            topics.ACCOUNT_EVENTS_DLQ.with_prefix(prefix).name,
+            self.group_id,
+            timeout_s=dead_letter_timeout_s,
         )
         self.jobs_ctx = JobContext(
             pool=pool, tax=tax, invoices_topic=self.invoices_topic, stores=stores
@@ -167,9 +313,15 @@ class InvoicingWorker:
         )
         self.stop = stop or threading.Event()
         self.retry_backoff_s = retry_backoff_s
+        self.db_timeout_s = db_timeout_s
+        self.shutdown_grace_s = shutdown_grace_s
+        self._db = _Gate("database", retry_backoff_s, 30.0)
+        self._dlq = _Gate("the dead-letter topic", retry_backoff_s, 30.0)
         #: partition → what we track for it, from its assignment to its revoke or loss
         self.partitions: dict[int, PartitionState] = {}
         self.stats: dict[str, int] = defaultdict(int)
+        #: close marker event id → invoice jobs that met another writer's tax document
+        self._contended: dict[str, int] = defaultdict(int)
 
     # ------------------------------------------------------------------ partition state
 
@@ -185,6 +337,20 @@ class InvoicingWorker:
     def _gauges(self) -> None:
         OWNED_PARTITIONS.set(sum(1 for state in self.partitions.values() if state.owned))
         JOBS_IN_FLIGHT.set(len(self._jobs()))
+
+    def _failed(self, stage: str, exc: BaseException) -> Failure:
+        """Classify ``exc`` (the one table), count it, close the database gate when
+        the database is what failed, and log an unexpected one with its traceback."""
+        failure = classify(exc)
+        FAILURES.labels(stage, failure.disposition.value).inc()
+        self.stats[f"failures_{failure.disposition.value}"] += 1
+        if failure.disposition is Disposition.TRANSIENT and isinstance(
+            exc, psycopg.Error | PoolTimeout
+        ):
+            self._db.failed(failure.reason)
+        if failure.disposition is Disposition.UNEXPECTED:
+            log.error("ALERT unexpected failure (%s): %s", stage, failure.reason, exc_info=exc)
+        return failure
 
     # ------------------------------------------------------------------ rebalance callbacks
 
@@ -205,11 +371,20 @@ class InvoicingWorker:
         self._gauges()
 
     def _claim(self, token: fencing.FencingToken) -> None:
+        """Claim ``token``'s partition. A refused claim is reported once (ALERT, counted)
+        and not tried again; a claim that meets a database failure — or a database the
+        poll thread is leaving alone — stays pending and is retried once the database
+        is back (:meth:`_retry_claims`)."""
         state = self.partitions.setdefault(token.partition, PartitionState(token.partition))
+        if not self._db.open():
+            state.unclaimed = True
+            state.pending_claim = token
+            return
         try:
-            with self.pool.connection() as conn:
+            with self.pool.connection(timeout=self.db_timeout_s) as conn:
                 self.stores.fences.claim(conn, token)
         except fencing.ClaimRefused as exc:
+            self._db.succeeded()
             CLAIMS_REFUSED.inc()
             self.stats["claims_refused"] += 1
             log.error(
@@ -219,12 +394,19 @@ class InvoicingWorker:
                 token.group_id,
             )
             state.unclaimed = True
+            state.pending_claim = None  # refused for good: never retried, never re-alerted
             return
-        except psycopg.Error as exc:
-            log.warning("fence claim of partition %s failed (%s); will retry", token.partition, exc)
+        except Exception as exc:
+            failure = self._failed("claim", exc)
+            log.warning(
+                "fence claim of partition %s failed (%s); will retry",
+                token.partition,
+                failure.reason,
+            )
             state.unclaimed = True
             state.pending_claim = token
             return
+        self._db.succeeded()
         state.claimed(token)
         log.info(
             "claimed %s[%s] at generation %s as %s",
@@ -348,11 +530,15 @@ class InvoicingWorker:
             log.debug("seek/resume of partition %s failed: %s", partition, exc)
 
     def _retry_claims(self) -> None:
+        if not self._db.open():
+            return
         for state in list(self.partitions.values()):
             if state.pending_claim is not None:
                 self._claim(state.pending_claim)
                 if state.owned:
                     self._resume(state.partition)
+                if not self._db.open():
+                    return
 
     def _commit(self, partition: int, next_offset: int) -> None:
         """Commit ``next_offset`` of ``partition`` (after the database commit). A commit
@@ -403,43 +589,115 @@ class InvoicingWorker:
             if state is not None and state.claiming:
                 self._pause(partition, msgs[0].offset)
             return
+        if not self._db.open():  # the database is away: keep these for later
+            self._flush_failed(partition, msgs[0].offset, "the database is backing off")
+            return
+        run = self._decode_run(msgs)
+        marker = run[-1] if run and _is_marker(run[-1]) else None
+        records = run[:-1] if marker is not None else run
+        try:
+            known, stored = self._prepare(partition, records)
+        except Exception as exc:
+            failure = self._failed("read", exc)
+            log.warning("reading for partition %s failed (%s); retrying", partition, failure.reason)
+            self._flush_failed(partition, msgs[0].offset, failure.reason)
+            return
         batch = _Batch()
-        for msg in msgs:
-            source = rows.SourceCoordinates(msg.topic, msg.partition, msg.offset)
-            try:
-                envelope = decode(msg.key, msg.value, msg.headers, allowed=ACCOUNT_EVENT_TYPES)
-            except InvalidEvent as exc:
-                if not self._dead_letter_invalid(batch, msg, source, exc.reason):
+        seen: dict[str, tuple[str, rows.SourceCoordinates]] = {}
+        for item in records:
+            msg, source = item.msg, item.source
+            if msg.offset in known:  # dead-lettered on an earlier delivery: done with it
+                self.stats["dead_letters_skipped_on_redelivery"] += 1
+                batch.messages.append(msg)
+                continue
+            if item.envelope is None:
+                if not self._dead_letter_invalid(batch, msg, source, item.reason or "invalid"):
                     self._flush_failed(partition, msgs[0].offset, "dead-letter publish failed")
                     return
                 batch.messages.append(msg)
                 continue
-            data = envelope.data
+            data = item.envelope.data
             if isinstance(data, CustomerUpserted):
-                batch.customers.append((envelope.id, data, source))
+                batch.customers.append((item.envelope.id, data, source))
             elif isinstance(data, UsageRecorded):
-                batch.usage.append(rows.UsageRecord(envelope.id, data, source))
-            elif isinstance(data, UsageMetered):
-                batch.metered.append(rows.MeteredRecord(envelope.id, data, source))
-            elif isinstance(data, SubscriptionStarted | SubscriptionChanged | SubscriptionEnded):
-                batch.subscriptions.append(rows.SubscriptionRecord(envelope.id, data, source))
-            elif isinstance(data, BillingPeriodClosed):
-                if not self._flush(partition, token, batch, next_offset=msg.offset):
+                record = rows.UsageRecord(item.envelope.id, data, source)
+                first = stored.get(record.event_id) or seen.get(record.event_id)
+                if first is None:
+                    seen[record.event_id] = (record.payload_sha256, source)
+                    batch.usage.append(record)
+                elif first[0] == record.payload_sha256:
+                    batch.usage.append(record)  # a duplicate: a no-op
+                elif not self._dead_letter_conflict(batch, record, first[1], msg):
+                    self._flush_failed(partition, msgs[0].offset, "dead-letter publish failed")
                     return
-                marker = rows.CloseMarker(
-                    envelope.id,
-                    data.customer_id,
-                    data.billing_period,
-                    data.reason,
-                    source,
-                    data.lease_fencing_token,
-                )
-                self._start_job(partition, token, marker)
-                RECORDS.labels("billing_period.closed", "job_started").inc()
-                return  # later records are fetched again after the job (it seeks past the marker)
+            elif isinstance(data, UsageMetered):
+                batch.metered.append(rows.MeteredRecord(item.envelope.id, data, source))
+            elif isinstance(data, SubscriptionStarted | SubscriptionChanged | SubscriptionEnded):
+                batch.subscriptions.append(rows.SubscriptionRecord(item.envelope.id, data, source))
             batch.messages.append(msg)
-        if batch.messages:
-            self._flush(partition, token, batch, next_offset=msgs[-1].offset + 1)
+        next_offset = marker.msg.offset if marker is not None else msgs[-1].offset + 1
+        if batch.messages and not self._flush(partition, token, batch, next_offset=next_offset):
+            return
+        if marker is not None and marker.envelope is not None:
+            data = marker.envelope.data
+            assert isinstance(data, BillingPeriodClosed)  # _is_marker checked it
+            close = rows.CloseMarker(
+                marker.envelope.id,
+                data.customer_id,
+                data.billing_period,
+                data.reason,
+                marker.source,
+                data.lease_fencing_token,
+            )
+            if marker.msg.offset in known:  # a marker dead-lettered (rejected) before
+                self._commit(partition, marker.msg.offset + 1)
+                self._resume(partition, marker.msg.offset + 1)
+                return
+            self._start_job(partition, token, close)
+            RECORDS.labels("billing_period.closed", "job_started").inc()
+            # later records are fetched again after the job (it seeks past the marker)
+
+    def _decode_run(self, msgs: list[Record]) -> list[_Decoded]:
+        """The records up to and including the first close marker, each decoded or with
+        the reason it is refused (a codec failure that is not an InvalidEvent is
+        classified: permanent ones are refusals too)."""
+        run: list[_Decoded] = []
+        for msg in msgs:
+            source = rows.SourceCoordinates(msg.topic, msg.partition, msg.offset)
+            try:
+                envelope = decode(msg.key, msg.value, msg.headers, allowed=ACCOUNT_EVENT_TYPES)
+            except Exception as exc:
+                failure = classify(exc)
+                reason = getattr(exc, "reason", None) or failure.reason
+                if not failure.permanent:  # a codec bug: never dead-letter good data for it
+                    log.error("ALERT decoding %s failed: %s", source, failure.reason, exc_info=exc)
+                    reason = f"the decoder failed ({failure.reason})"
+                run.append(_Decoded(msg, source, None, reason))
+                continue
+            decoded = _Decoded(msg, source, envelope, None)
+            run.append(decoded)
+            if _is_marker(decoded):
+                break
+        return run
+
+    def _prepare(
+        self, partition: int, run: list[_Decoded]
+    ) -> tuple[dict[int, rows.DeadLetterRecord], dict[str, tuple[str, rows.SourceCoordinates]]]:
+        """One short read: the dead letters already recorded for the run's offsets, and
+        the stored payload hash and source of every usage event id of the run (to tell
+        duplicates from conflicts before anything is written or dead-lettered)."""
+        offsets = [item.msg.offset for item in run]
+        ids = [
+            item.envelope.id
+            for item in run
+            if item.envelope is not None and isinstance(item.envelope.data, UsageRecorded)
+        ]
+        with self.pool.connection(timeout=self.db_timeout_s) as conn:
+            known = self.stores.dead_letters.recorded(conn, self.topic, partition, offsets)
+            stored = self.stores.usage.stored_payloads(conn, ids) if ids else {}
+            conn.rollback()
+        self._db.succeeded()
+        return known, stored
 
     def _dead_letter_invalid(
         self, batch: _Batch, msg: Record, source: rows.SourceCoordinates, reason: str
@@ -453,7 +711,10 @@ class InvoicingWorker:
         is held, an ERROR log line and ``invoicing_dead_lettered_total{attribution=
         "unattributed"}`` (docs/architecture.md "Holds instead of partial invoices").
 
-        Returns False when the dead-letter record was not delivered (the caller
+        The record is handed to the producer here; the batch waits for it before its
+        transaction (:meth:`_flush`), which records it in ``dead_letters`` with the holds.
+
+        Returns False when the producer refused the dead-letter record (the caller
         rewinds and retries after a backoff, without committing); never raises.
         """
         customers = customers_of(msg)
@@ -462,23 +723,37 @@ class InvoicingWorker:
                 f"{reason}; could not be attributed to a customer (no usable UTF-8 key, "
                 "ce_subject header or customer_id in the value): no invoice is held"
             )
+        letter = Letter(
+            msg.key,
+            msg.value,
+            list(msg.headers),
+            source.topic,
+            source.partition,
+            source.offset,
+            "invalid",
+            reason,
+            bool(customers),
+        )
         try:
-            self.dead_letters.publish(
-                key=msg.key,
-                value=msg.value,
-                headers=msg.headers,
-                source_topic=source.topic,
-                source_partition=source.partition,
-                source_offset=source.offset,
-                kind="invalid",
-                reason=reason,
-                attributed=bool(customers),
-            )
+            batch.deliveries.append(self.dead_letters.submit(letter))
         except DeadLetterError as exc:
             log.warning("%s", exc)
             return False
         RECORDS.labels("invalid", "dead_lettered").inc()
         self.stats["dead_lettered"] += 1
+        event_id = header_text(msg, "ce_id")
+        batch.letters.append(
+            rows.DeadLetterRecord(
+                source.topic,
+                source.partition,
+                source.offset,
+                self.dead_letters.topic,
+                "invalid",
+                reason,
+                event_id,
+                customers,
+            )
+        )
         if not customers:
             self.stats["dead_lettered_unattributed"] += 1
             log.error(
@@ -504,7 +779,116 @@ class InvoicingWorker:
                     "customer_id": customer,
                     "billing_period": period_of(msg),
                     "reason": f"dead-lettered: {reason}{attributed}",
-                    "event_id": header_text(msg, "ce_id"),
+                    "event_id": event_id,
+                    "source": source,
+                }
+            )
+        return True
+
+    def _dead_letter_conflict(
+        self,
+        batch: _Batch,
+        record: rows.UsageRecord,
+        stored_at: rows.SourceCoordinates,
+        original: Record,
+    ) -> bool:
+        """Dead-letter a conflicting duplicate as it was read — the original key, value
+        and headers (DESIGN §3 invariant 5: "the original record + reason") — and hold
+        the customer's period; the stored line is kept. False when the producer refused."""
+        reason = (
+            f"event id {record.event_id} already recorded with a different payload "
+            f"(stored from {stored_at.topic}[{stored_at.partition}]@{stored_at.offset}); "
+            "the stored line is kept"
+        )
+        letter = Letter(
+            original.key,
+            original.value,
+            list(original.headers),
+            record.source.topic,
+            record.source.partition,
+            record.source.offset,
+            "conflict",
+            reason,
+        )
+        try:
+            batch.deliveries.append(self.dead_letters.submit(letter))
+        except DeadLetterError as exc:
+            log.warning("%s", exc)
+            return False
+        RECORDS.labels("usage.recorded", "conflict").inc()
+        self.stats["conflicts"] += 1
+        log.warning("usage conflict dead-lettered: %s", reason)
+        customer = record.data.customer_id
+        batch.letters.append(
+            rows.DeadLetterRecord(
+                record.source.topic,
+                record.source.partition,
+                record.source.offset,
+                self.dead_letters.topic,
+                "conflict",
+                reason,
+                record.event_id,
+                [customer],
+            )
+        )
+        batch.holds.append(
+            {
+                "customer_id": customer,
+                "billing_period": record.data.billing_period,
+                "reason": reason,
+                "event_id": record.event_id,
+                "source": record.source,
+            }
+        )
+        return True
+
+    def _dead_letter_unwritable(self, batch: _Batch, msg: Record, failure: Failure) -> bool:
+        """A valid record the database refused (found by bisecting): dead-letter it as
+        ``unwritable`` with the database's reason and hold its customers."""
+        source = rows.SourceCoordinates(msg.topic, msg.partition, msg.offset)
+        customers = customers_of(msg)
+        reason = (
+            f"the database refused this record ({failure.reason}); the contract should "
+            "have refused it (streams/domain/events.py)"
+        )
+        letter = Letter(
+            msg.key,
+            msg.value,
+            list(msg.headers),
+            source.topic,
+            source.partition,
+            source.offset,
+            "unwritable",
+            reason,
+            bool(customers),
+        )
+        try:
+            batch.deliveries.append(self.dead_letters.submit(letter))
+        except DeadLetterError as exc:
+            log.warning("%s", exc)
+            return False
+        self.stats["dead_lettered_unwritable"] += 1
+        log.error("ALERT dead-lettered %s as unwritable: %s", source, reason)
+        event_id = header_text(msg, "ce_id")
+        batch.letters.append(
+            rows.DeadLetterRecord(
+                source.topic,
+                source.partition,
+                source.offset,
+                self.dead_letters.topic,
+                "unwritable",
+                reason,
+                event_id,
+                customers,
+            )
+        )
+        for customer in customers:
+            batch.holds.append(
+                {
+                    "customer_id": customer,
+                    "billing_period": period_of(msg),
+                    "reason": f"dead-lettered: {reason}",
+                    "event_id": event_id,
                     "source": source,
                 }
             )
@@ -513,177 +897,240 @@ class InvoicingWorker:
     def _flush(
         self, partition: int, token: fencing.FencingToken, batch: _Batch, *, next_offset: int
     ) -> bool:
-        """Write the batch (fenced) and commit ``next_offset``. False when it failed
+        """Wait for the batch's dead letters, write the batch (fenced; bisected when a
+        record makes it fail for good) and commit ``next_offset``. False when it failed
         (the partition is rewound, paused or dropped accordingly)."""
         if not batch.messages:
             return True
         first_offset = batch.messages[0].offset
+        if not self._await_dead_letters(partition, first_offset, batch.deliveries):
+            return False
+        if not self._write(partition, token, batch, first_offset):
+            return False
+        if batch.holds:
+            HOLDS.inc(len(batch.holds))
+        RECORDS.labels("usage.recorded", "stored").inc(len(batch.usage))
+        RECORDS.labels("customer.upserted", "stored").inc(len(batch.customers))
+        RECORDS.labels("usage.metered", "stored").inc(len(batch.metered))
+        RECORDS.labels("subscription", "stored").inc(len(batch.subscriptions))
+        self.stats["usage_stored"] += len(batch.usage)
+        self.stats["metered_stored"] += len(batch.metered)
+        self._commit(partition, next_offset)
+        return True
 
-        def work(conn: Any) -> list[rows.UsageConflict | rows.RecordConflict]:
-            for event_id, data, source in batch.customers:
-                self.stores.usage.upsert_customer(conn, event_id, data, source)
-            conflicts: list[rows.UsageConflict | rows.RecordConflict] = list(
-                self.stores.usage.insert_usage(conn, batch.usage)
-            )
-            originals = {m.offset: m for m in batch.messages}
-            for conflict in list(conflicts):
-                if not isinstance(conflict, rows.UsageConflict):
-                    continue
-                record = conflict.record
-                reason = (
-                    f"event id {record.event_id} already recorded with a different payload "
-                    f"(stored from {conflict.stored_source.topic}[{conflict.stored_source.partition}]"
-                    f"@{conflict.stored_source.offset}); the stored line is kept"
-                )
-                self._publish_conflict(record, reason, originals.get(record.source.offset))
-                batch.holds.append(
-                    {
-                        "customer_id": record.data.customer_id,
-                        "billing_period": record.data.billing_period,
-                        "reason": reason,
-                        "event_id": record.event_id,
-                        "source": record.source,
-                    }
-                )
-            for other in self.stores.metering.insert_metered(
-                conn, batch.metered
-            ) + self.stores.metering.insert_subscriptions(conn, batch.subscriptions):
-                reason = (
-                    f"event id {other.record.event_id} already recorded with a different payload "
-                    f"(stored from {other.stored_source.topic}[{other.stored_source.partition}]"
-                    f"@{other.stored_source.offset}); the stored {other.record.data.event_type} "
-                    "is kept"
-                )
-                self._publish_record_conflict(
-                    other, reason, originals.get(other.record.source.offset)
-                )
-                batch.holds.append(
-                    {
-                        "customer_id": other.record.data.customer_id,
-                        "billing_period": other.billing_period,
-                        "reason": reason,
-                        "event_id": other.record.event_id,
-                        "source": other.record.source,
-                    }
-                )
-                conflicts.append(other)
-            for hold in batch.holds:
-                self.stores.holds.record_hold(conn, **hold)
-            return conflicts
-
+    def _await_dead_letters(
+        self, partition: int, first_offset: int, deliveries: list[Delivery]
+    ) -> bool:
+        """Wait (bounded) for ``deliveries``; False (partition backed off) if they did not
+        all arrive. Pending ones stay tracked and are not produced again on the retry."""
+        if not deliveries:
+            return True
+        if not self._dlq.open():
+            self._flush_failed(partition, first_offset, "the dead-letter topic is backing off")
+            return False
         try:
-            conflicts = write_fenced(self.pool, token, work, stores=self.stores)
+            self.dead_letters.wait(deliveries)
+        except DeadLetterError as exc:
+            FAILURES.labels("dead_letter", Disposition.TRANSIENT.value).inc()
+            self._dlq.failed(str(exc))
+            self._flush_failed(partition, first_offset, str(exc))
+            return False
+        self._dlq.succeeded()
+        return True
+
+    def _write(
+        self, partition: int, token: fencing.FencingToken, batch: _Batch, first_offset: int
+    ) -> bool:
+        """One fenced transaction for ``batch``; a permanent failure bisects it."""
+        try:
+            write_fenced(
+                self.pool,
+                token,
+                _write_batch(batch, self.stores),
+                stores=self.stores,
+                timeout_s=self.db_timeout_s,
+            )
         except fencing.Fenced as exc:
             self._fenced(partition, "records", exc)
             return False
-        except (psycopg.Error, DeadLetterError) as exc:
+        except _RecordConflicts as exc:
+            # Metered or subscription events whose id is stored with another payload
+            # (found by the store's insert; the transaction rolled back): dead-letter
+            # them as read, outside any transaction, hold their customers, write the rest.
+            return self._write_without_conflicts(partition, token, batch, first_offset, exc)
+        except Exception as exc:
+            failure = self._failed("write", exc)
+            if failure.permanent:
+                return self._bisect(partition, token, batch, first_offset, failure)
             log.warning(
                 "writing %s records of partition %s failed (%s); retrying",
                 len(batch.messages),
                 partition,
-                exc,
+                failure.reason,
             )
-            self._flush_failed(partition, first_offset, str(exc))
+            self._flush_failed(partition, first_offset, failure.reason)
             return False
-        if batch.holds:
-            HOLDS.inc(len(batch.holds))
-        usage_conflicts = sum(1 for c in conflicts if isinstance(c, rows.UsageConflict))
-        metered_conflicts = sum(
-            1
-            for c in conflicts
-            if isinstance(c, rows.RecordConflict) and isinstance(c.record, rows.MeteredRecord)
-        )
-        RECORDS.labels("usage.recorded", "stored").inc(len(batch.usage) - usage_conflicts)
-        RECORDS.labels("customer.upserted", "stored").inc(len(batch.customers))
-        RECORDS.labels("usage.metered", "stored").inc(len(batch.metered) - metered_conflicts)
-        RECORDS.labels("subscription", "stored").inc(
-            len(batch.subscriptions) - (len(conflicts) - usage_conflicts - metered_conflicts)
-        )
-        self.stats["usage_stored"] += len(batch.usage) - usage_conflicts
-        self.stats["metered_stored"] += len(batch.metered) - metered_conflicts
-        self._commit(partition, next_offset)
+        self._db.succeeded()
         return True
 
-    def _publish_conflict(
-        self, record: rows.UsageRecord, reason: str, original: Record | None
-    ) -> None:
-        """Dead-letter a conflicting duplicate as it was read: the original key, value
-        and headers (DESIGN §3 invariant 5: "the original record + reason"), with the
-        ``dlq.*`` reason and source coordinates. Re-encoded from the parsed event only
-        if the original is not in the batch (never expected).
-
-        Raises:
-            DeadLetterError: not delivered (the caller's transaction rolls back and
-                the batch is retried after a backoff).
-        """
-        if original is not None:
-            key, value, headers = original.key, original.value, list(original.headers)
-        else:
-            from streams.domain.codec import encode
-            from streams.domain.events import Envelope
-
-            encoded = encode(
-                Envelope.wrap(record.data, id=record.event_id, source="/invoicing/worker/conflict")
+    def _bisect(
+        self,
+        partition: int,
+        token: fencing.FencingToken,
+        batch: _Batch,
+        first_offset: int,
+        failure: Failure,
+    ) -> bool:
+        """A batch that fails for good: write each half on its own (each its own
+        transaction, in order) until the record that fails is alone; dead-letter it as
+        ``unwritable`` and hold its customers. Its neighbours are written."""
+        offsets = batch.offsets()
+        if len(offsets) > 1:
+            BISECTIONS.inc()
+            left, right = batch.split(offsets[len(offsets) // 2])
+            return self._write(partition, token, left, first_offset) and self._write(
+                partition, token, right, first_offset
             )
-            key, value, headers = encoded.key, encoded.value, list(encoded.headers)
-        self.dead_letters.publish(
-            key=key,
-            value=value,
-            headers=headers,
-            source_topic=record.source.topic,
-            source_partition=record.source.partition,
-            source_offset=record.source.offset,
-            kind="conflict",
-            reason=reason,
+        offset = offsets[0] if offsets else first_offset
+        if batch.has_record_at(offset):
+            msg = next((m for m in batch.messages if m.offset == offset), None)
+            if msg is None:  # pragma: no cover - a record's effects come with its message
+                self._flush_failed(partition, first_offset, failure.reason)
+                return False
+            bad = _Batch(messages=[msg])
+            if not self._dead_letter_unwritable(bad, msg, failure):
+                self._flush_failed(partition, first_offset, "dead-letter publish failed")
+                return False
+            if not self._await_dead_letters(partition, first_offset, bad.deliveries):
+                return False
+            return self._write(partition, token, bad, first_offset)
+        if batch.holds:  # only the holds of a dead letter were refused: keep the dead letter
+            log.error(
+                "ALERT the holds of %s[%s]@%s were refused (%s); recording its dead letter "
+                "without them",
+                self.topic,
+                partition,
+                offset,
+                failure.reason,
+            )
+            kept = _Batch(messages=list(batch.messages), letters=list(batch.letters))
+            return self._write(partition, token, kept, first_offset)
+        log.error(
+            "ALERT recording the dead letter of %s[%s]@%s failed for good: %s; retrying",
+            self.topic,
+            partition,
+            offset,
+            failure.reason,
         )
-        RECORDS.labels("usage.recorded", "conflict").inc()
-        self.stats["conflicts"] += 1
-        log.warning("usage conflict dead-lettered: %s", reason)
+        self._flush_failed(partition, first_offset, failure.reason)
+        return False
 
-    def _publish_record_conflict(
-        self, conflict: rows.RecordConflict, reason: str, original: Record | None
-    ) -> None:
-        """Dead-letter a conflicting metered or subscription event as it was read (see
-        :meth:`_publish_conflict`).
+    def _write_without_conflicts(
+        self,
+        partition: int,
+        token: fencing.FencingToken,
+        batch: _Batch,
+        first_offset: int,
+        found: _RecordConflicts,
+    ) -> bool:
+        """Dead-letter the conflicting metered / subscription events of ``found`` (each
+        once, as it was read, with its customer held: the period of a metered event,
+        every period for a subscription event), then write ``batch`` without them."""
+        originals = {m.offset: m for m in batch.messages}
+        conflicted: set[int] = set()
+        for conflict in found.conflicts:
+            offset = conflict.record.source.offset
+            if offset in conflicted:
+                continue
+            if not self._dead_letter_record_conflict(batch, conflict, originals.get(offset)):
+                self._flush_failed(partition, first_offset, "dead-letter publish failed")
+                return False
+            conflicted.add(offset)
+        if not self._await_dead_letters(partition, first_offset, batch.deliveries):
+            return False
+        batch.metered = [r for r in batch.metered if r.source.offset not in conflicted]
+        batch.subscriptions = [r for r in batch.subscriptions if r.source.offset not in conflicted]
+        return self._write(partition, token, batch, first_offset)
 
-        Raises:
-            DeadLetterError: not delivered (the batch is retried after a backoff).
-        """
+    def _dead_letter_record_conflict(
+        self, batch: _Batch, conflict: rows.RecordConflict, original: Record | None
+    ) -> bool:
+        """Submit the dead letter of a conflicting metered or subscription event (see
+        :meth:`_dead_letter_conflict`); queue its ``dead_letters`` row and hold. False
+        when the producer refused it."""
         record = conflict.record
+        stored = conflict.stored_source
+        reason = (
+            f"event id {record.event_id} already recorded with a different payload "
+            f"(stored from {stored.topic}[{stored.partition}]@{stored.offset}); "
+            f"the stored {record.data.event_type} is kept"
+        )
         if original is not None:
             key, value, headers = original.key, original.value, list(original.headers)
-        else:
+        else:  # pragma: no cover - a record's effects come with its message
             from streams.domain.codec import encode
-            from streams.domain.events import Envelope
 
             encoded = encode(
                 Envelope.wrap(record.data, id=record.event_id, source="/invoicing/worker/conflict")
             )
             key, value, headers = encoded.key, encoded.value, list(encoded.headers)
-        self.dead_letters.publish(
-            key=key,
-            value=value,
-            headers=headers,
-            source_topic=record.source.topic,
-            source_partition=record.source.partition,
-            source_offset=record.source.offset,
-            kind="conflict",
-            reason=reason,
+        letter = Letter(
+            key,
+            value,
+            headers,
+            record.source.topic,
+            record.source.partition,
+            record.source.offset,
+            "conflict",
+            reason,
         )
+        try:
+            batch.deliveries.append(self.dead_letters.submit(letter))
+        except DeadLetterError as exc:
+            log.warning("%s", exc)
+            return False
         RECORDS.labels(record.data.event_type, "conflict").inc()
         self.stats["conflicts"] += 1
         log.warning("%s conflict dead-lettered: %s", record.data.event_type, reason)
+        customer = record.data.customer_id
+        batch.letters.append(
+            rows.DeadLetterRecord(
+                record.source.topic,
+                record.source.partition,
+                record.source.offset,
+                self.dead_letters.topic,
+                "conflict",
+                reason,
+                record.event_id,
+                [customer],
+            )
+        )
+        batch.holds.append(
+            {
+                "customer_id": customer,
+                "billing_period": conflict.billing_period,
+                "reason": reason,
+                "event_id": record.event_id,
+                "source": record.source,
+            }
+        )
+        return True
 
     def _flush_failed(self, partition: int, rewind_to: int, reason: str) -> None:
         self._back_off(partition)
         self._pause(partition, rewind_to)
 
-    def _back_off(self, partition: int, *, rewind_to: int | None = None) -> None:
-        """Keep ``partition`` paused for ``retry_backoff_s`` (and restart at ``rewind_to``)."""
+    def _back_off(
+        self, partition: int, *, rewind_to: int | None = None, seconds: float | None = None
+    ) -> None:
+        """Keep ``partition`` paused for ``seconds`` (default ``retry_backoff_s``) and
+        restart at ``rewind_to``."""
         state = self.partitions.get(partition)
         if state is None:
             return
-        state.backoff_until = time.monotonic() + self.retry_backoff_s
+        state.backoff_until = time.monotonic() + (
+            self.retry_backoff_s if seconds is None else seconds
+        )
         if rewind_to is not None:
             state.rewind_to = rewind_to
 
@@ -736,7 +1183,7 @@ class InvoicingWorker:
                 continue
             state.job = None
             self._gauges()
-            self._job_done(state.partition, job.future.result())
+            self._job_done(state.partition, _result_of(job))
 
     def _job_done(self, partition: int, result: JobResult) -> None:
         marker = result.marker
@@ -749,6 +1196,9 @@ class InvoicingWorker:
             return
         if not still_ours:
             return
+        if result.outcome is Outcome.CONTENDED:
+            self._contended_job(partition, result)
+            return
         if result.outcome in (Outcome.RETRY, Outcome.CANCELLED):
             log.warning(
                 "invoice of %s %s will be retried: %s",
@@ -758,6 +1208,7 @@ class InvoicingWorker:
             )
             self._back_off(partition, rewind_to=marker.source.offset)
             return
+        self._contended.pop(marker.event_id, None)
         if result.outcome is Outcome.FAILED and not self._reject_marker(partition, result):
             return
         if result.outcome is Outcome.INVOICED:
@@ -775,30 +1226,65 @@ class InvoicingWorker:
         self.partitions[partition].rewind_to = None
         self._resume(partition, marker.source.offset + 1)
 
+    def _contended_job(self, partition: int, result: JobResult) -> None:
+        """Another writer (a replay) committed the tax document of this revision under
+        the same idempotency key and has not written its invoice yet: wait for it, with
+        a backoff that grows to a minute, and raise an ALERT every tenth time (a replay
+        that died there resumes with the next ``invoicing replay PERIOD --apply``)."""
+        marker = result.marker
+        self._contended[marker.event_id] += 1
+        times = self._contended[marker.event_id]
+        wait = min(60.0, self.retry_backoff_s * 2 ** min(times - 1, 5))
+        line = "invoice of %s %s waits for another writer's revision (%s); try %d, next in %.0fs"
+        if times % 10 == 0:
+            log.error(
+                "ALERT " + line + "; if a replay run of the period died, resume it with "
+                "`invoicing replay %s --apply`",
+                marker.customer_id,
+                marker.billing_period,
+                result.detail,
+                times,
+                wait,
+                marker.billing_period,
+            )
+        else:
+            log.warning(line, marker.customer_id, marker.billing_period, result.detail, times, wait)
+        self._back_off(partition, rewind_to=marker.source.offset, seconds=wait)
+
     def _reject_marker(self, partition: int, result: JobResult) -> bool:
-        """A permanent failure: dead-letter the marker, hold the customer's period."""
+        """A permanent failure: dead-letter the marker (once: a marker found in
+        ``dead_letters`` is not published again), hold the customer's period."""
         marker = result.marker
         reason = f"invoice refused: {result.detail}"
+        if not self._db.open():
+            self._back_off(partition, rewind_to=marker.source.offset)
+            return False
         try:
-            self.dead_letters.publish(
-                key=marker.customer_id.encode(),
-                value=json.dumps(
-                    {
-                        "customer_id": marker.customer_id,
-                        "billing_period": marker.billing_period,
-                        "close_event_id": marker.event_id,
-                    }
-                ).encode(),
-                headers=[
-                    ("ce_id", marker.event_id.encode()),
-                    ("ce_type", b"billing_period.closed"),
-                ],
-                source_topic=marker.source.topic,
-                source_partition=marker.source.partition,
-                source_offset=marker.source.offset,
-                kind="rejected",
-                reason=reason,
-            )
+            with self.pool.connection(timeout=self.db_timeout_s) as conn:
+                known = self.stores.dead_letters.recorded(
+                    conn, marker.source.topic, marker.source.partition, [marker.source.offset]
+                )
+                conn.rollback()
+            if not known:
+                self.dead_letters.publish(
+                    key=marker.customer_id.encode(),
+                    value=json.dumps(
+                        {
+                            "customer_id": marker.customer_id,
+                            "billing_period": marker.billing_period,
+                            "close_event_id": marker.event_id,
+                        }
+                    ).encode(),
+                    headers=[
+                        ("ce_id", marker.event_id.encode()),
+                        ("ce_type", b"billing_period.closed"),
+                    ],
+                    source_topic=marker.source.topic,
+                    source_partition=marker.source.partition,
+                    source_offset=marker.source.offset,
+                    kind="rejected",
+                    reason=reason,
+                )
 
             def work(conn: Any) -> None:
                 self.stores.holds.record_hold(
@@ -810,17 +1296,38 @@ class InvoicingWorker:
                     source=marker.source,
                 )
                 self.stores.closes.record_close(conn, marker, "held", None)
+                self.stores.dead_letters.record(
+                    conn,
+                    [
+                        rows.DeadLetterRecord(
+                            marker.source.topic,
+                            marker.source.partition,
+                            marker.source.offset,
+                            self.dead_letters.topic,
+                            "rejected",
+                            reason,
+                            marker.event_id,
+                            [marker.customer_id],
+                        )
+                    ],
+                )
 
-            write_fenced(self.pool, result.token, work, stores=self.stores)
+            write_fenced(
+                self.pool, result.token, work, stores=self.stores, timeout_s=self.db_timeout_s
+            )
         except fencing.Fenced as exc:
             self._fenced(partition, "invoice", exc)
             return False
-        except (psycopg.Error, DeadLetterError) as exc:
+        except Exception as exc:
+            failure = self._failed("invoice", exc)
             log.warning(
-                "recording the refused invoice of %s failed (%s); retrying", marker.customer_id, exc
+                "recording the refused invoice of %s failed (%s); retrying",
+                marker.customer_id,
+                failure.reason,
             )
             self._back_off(partition, rewind_to=marker.source.offset)
             return False
+        self._db.succeeded()
         HOLDS.inc()
         log.error(
             "invoice of %s %s refused and held: %s",
@@ -833,7 +1340,15 @@ class InvoicingWorker:
     # ------------------------------------------------------------------ shutdown
 
     def _shutdown(self) -> None:
-        deadline = time.monotonic() + 30
+        """Finish: cancel the invoice jobs that have not started (their markers are not
+        committed, so the next owner gets them), give the running ones
+        ``shutdown_grace_s`` to finish (then cancel them: they stop before the tax call
+        or before the write), commit what is done, close the consumer (LeaveGroup) and
+        flush the producer. Never raises for a job's outcome."""
+        for state in self._jobs():
+            if state.job is not None:
+                state.job.future.cancel()  # only a queued job can be cancelled
+        deadline = time.monotonic() + self.shutdown_grace_s
         while self._jobs() and time.monotonic() < deadline:
             self._collect_jobs()
             time.sleep(0.05)
@@ -849,6 +1364,48 @@ class InvoicingWorker:
             log.warning("closing the consumer: %s", exc)
         self.producer.flush(10)
         log.info("invoicing worker stopped: %s", dict(self.stats))
+
+
+def _is_marker(item: _Decoded) -> bool:
+    return item.envelope is not None and isinstance(item.envelope.data, BillingPeriodClosed)
+
+
+def _result_of(job: InvoiceJob) -> JobResult:
+    """A finished job's result; a job cancelled before it started, or one that raised
+    (run_invoice_job never does), is a result too (not committed, retried)."""
+    if job.future.cancelled():
+        return JobResult(job.marker, job.token, Outcome.CANCELLED, "cancelled before it started")
+    error = job.future.exception()
+    if error is not None:
+        return JobResult(job.marker, job.token, Outcome.RETRY, f"{type(error).__name__}: {error}")
+    return job.future.result()
+
+
+def _write_batch(batch: _Batch, stores: Stores[Any]) -> Callable[[Any], None]:
+    """The batch's statements, after the fence check: customers, usage (no conflict may
+    appear: they were found before), metered and subscription events (a conflict
+    rolls the transaction back: :class:`_RecordConflicts`), holds, and the dead
+    letters' rows."""
+
+    def work(conn: Any) -> None:
+        for event_id, data, source in batch.customers:
+            stores.usage.upsert_customer(conn, event_id, data, source)
+        conflicts = stores.usage.insert_usage(conn, batch.usage)
+        if conflicts:
+            raise _Raced(
+                f"{len(conflicts)} usage event id(s) stored meanwhile with another payload, "
+                f"e.g. {conflicts[0].record.event_id}"
+            )
+        others = stores.metering.insert_metered(
+            conn, batch.metered
+        ) + stores.metering.insert_subscriptions(conn, batch.subscriptions)
+        if others:
+            raise _RecordConflicts(others)
+        for hold in batch.holds:
+            stores.holds.record_hold(conn, **hold)
+        stores.dead_letters.record(conn, batch.letters)
+
+    return work
 
 
 def _fault_kill_after_db_commit() -> None:

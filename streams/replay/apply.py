@@ -38,6 +38,7 @@ from streams.adapters.lease import (
     LeaseStoreError,
 )
 from streams.billing import fencing, rows, store
+from streams.billing.failures import Disposition, classify
 from streams.billing.issuance import Issued, NotIssued, issue, tax_idempotency_key
 from streams.billing.ports import TaxRejected, TaxService, TaxUnavailable
 from streams.billing.rating import PeriodInputs, hold_reason, rate_period
@@ -112,6 +113,9 @@ class ReplayContext:
     revisions: dict[str, int] = field(default_factory=dict)
     held: set[str] = field(default_factory=set)
     closed: set[str] = field(default_factory=set)
+    #: customers whose last handled close marker of the period was held (a release of
+    #: the hold re-sends a marker, from which the invoicing worker invoices them)
+    held_closes: set[str] = field(default_factory=set)
     stored_ids: set[str] = field(default_factory=set)
     db_customers: dict[str, rows.Customer] = field(default_factory=dict)
     #: partition → the invoicing group's committed offset (the next record it will handle)
@@ -165,7 +169,21 @@ def replay_customer(ctx: ReplayContext, customer_id: str) -> CustomerOutcome:
             return CustomerOutcome(
                 customer_id, "failed", f"{type(exc).__name__}: {exc}", transient=True
             )
-        except (TaxRejected, DomainError) as exc:
+        except TaxRejected as exc:
+            if classify(exc).disposition is Disposition.CONTENDED:
+                # HTTP 409: the key's tax document was committed by another writer (the
+                # invoicing worker racing this run on the same revision): its invoice is
+                # about to exist; a resume compares against it (issue 10).
+                return CustomerOutcome(
+                    customer_id,
+                    "failed",
+                    f"contended: {type(exc).__name__}: {exc}; left for a resume",
+                    transient=True,
+                )
+            failed = CustomerOutcome(customer_id, "failed", f"{type(exc).__name__}: {exc}")
+            _record(ctx, failed)
+            return failed
+        except DomainError as exc:
             failed = CustomerOutcome(customer_id, "failed", f"{type(exc).__name__}: {exc}")
             _record(ctx, failed)
             return failed
@@ -293,6 +311,17 @@ def _compare_and_apply(ctx: ReplayContext, customer_id: str) -> CustomerOutcome:
         if ctx.revisions.get(customer_id, 0) > 0:
             return _skip(
                 ctx, customer_id, "voided: no issued revision; a replay does not reissue a void"
+            )
+        if customer_id in ctx.held_closes:
+            # Its close was held and the hold released: the release re-sent a marker
+            # the invoicing worker invoices from. Writing revision 1 here would race it
+            # under the same tax idempotency key (issue 10).
+            return _skip(
+                ctx,
+                customer_id,
+                "pending: the close was held and the hold released; the invoicing workers "
+                "invoice it from the re-sent close marker",
+                record=False,
             )
         if customer_id not in ctx.closed:
             marker = ctx.rebuild.closed_at(customer_id)

@@ -126,6 +126,7 @@ class PeriodRebuild:
         self._subscriptions: dict[str, _KeptEvent] = {}
         self._customers: dict[str, tuple[Coordinates, CustomerUpserted]] = {}
         self._closed: dict[str, Coordinates] = {}
+        self._last_closed: dict[str, Coordinates] = {}
         self.conflicts: list[Conflict] = []
         self.invalid: list[InvalidRecord] = []
         #: Records of a usage id already kept, with the same payload.
@@ -154,6 +155,9 @@ class PeriodRebuild:
             first = self._closed.get(data.customer_id)
             if first is None or at < first:
                 self._closed[data.customer_id] = at
+            last = self._last_closed.get(data.customer_id)
+            if last is None or last < at:
+                self._last_closed[data.customer_id] = at
 
     def add_invalid(self, at: Coordinates, key: bytes | None, reason: str) -> None:
         """Count a record that did not decode (``key`` is the raw record key)."""
@@ -301,6 +305,11 @@ class PeriodRebuild:
     def closed_at(self, customer_id: str) -> Coordinates | None:
         """Where the customer's first close marker of the period was read, if any."""
         return self._closed.get(customer_id)
+
+    def last_closed_at(self, customer_id: str) -> Coordinates | None:
+        """Where the customer's last close marker of the period was read (a release of a
+        hold re-sends one), if any."""
+        return self._last_closed.get(customer_id)
 
     @property
     def closed_customers(self) -> frozenset[str]:

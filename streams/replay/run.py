@@ -87,6 +87,7 @@ from streams.adapters.lease import (
     LeaseLost,
 )
 from streams.billing import fencing, store
+from streams.billing.failures import classify
 from streams.billing.ports import TaxService
 from streams.domain.codec import decode
 from streams.domain.errors import InvalidEvent
@@ -503,10 +504,17 @@ def _reread(
         at = Coordinates(record.topic, record.partition, record.offset)
         try:
             envelope = decode(record.key, record.value, record.headers, allowed=ACCOUNT_EVENTS)
+            rebuild.add(envelope, at)
         except InvalidEvent as exc:
             rebuild.add_invalid(at, record.key, exc.reason)
-            return
-        rebuild.add(envelope, at)
+        except Exception as exc:
+            # One bad record never aborts a replay (issue 10): a failure that is the
+            # record's own (streams/billing/failures.py) makes it an invalid record of
+            # the report, as the workers dead-lettered it; anything else ends the run.
+            failure = classify(exc)
+            if not failure.permanent:
+                raise
+            rebuild.add_invalid(at, record.key, failure.reason)
 
     return read_window(
         consumer,
@@ -537,6 +545,7 @@ def _load_state(
         ctx.revisions = store.invoices.revisions(conn, ctx.period, ctx.topic)
         ctx.held = store.holds.held_customers(conn, ctx.period)
         ctx.closed = store.closes.closed_customers(conn, ctx.period, ctx.topic)
+        ctx.held_closes = store.closes.last_close_held(conn, ctx.period, ctx.topic)
         ctx.stored_ids = store.usage.stored_usage_ids(conn, ctx.period, ctx.topic)
         ctx.stored_metered = store.metering.stored_metered_ids(conn, ctx.period, ctx.topic)
         ctx.metered_below = store.metering.metered_below(

@@ -192,19 +192,20 @@ class _Comparer:
         for bound in _UPPER_BOUNDS:
             if bound in new and (bound not in old or new[bound] < old[bound]):
                 was = f"lowered from {old[bound]}" if bound in old else "added"
-                problems.append(f"{where}: {bound} {was} (now {new[bound]})")
+                text = f"{where}: {bound} {was} (now {new[bound]})"
+                problems.append(Narrowing(text, path, bound, new[bound]))
         for bound in _LOWER_BOUNDS:
             if bound in new and (bound not in old or new[bound] > old[bound]):
                 was = f"raised from {old[bound]}" if bound in old else "added"
-                problems.append(f"{where}: {bound} {was} (now {new[bound]})")
+                text = f"{where}: {bound} {was} (now {new[bound]})"
+                problems.append(Narrowing(text, path, bound, new[bound]))
         for keyword in _OPAQUE:
             if keyword in new and new.get(keyword) != old.get(keyword):
                 if keyword in old:
-                    problems.append(
-                        f"{where}: {keyword} changed from {old[keyword]!r} to {new[keyword]!r}"
-                    )
+                    text = f"{where}: {keyword} changed from {old[keyword]!r} to {new[keyword]!r}"
                 else:
-                    problems.append(f"{where}: {keyword} {new[keyword]!r} added")
+                    text = f"{where}: {keyword} {new[keyword]!r} added"
+                problems.append(Narrowing(text, path, keyword, new[keyword]))
         if new.get("uniqueItems") is True and old.get("uniqueItems") is not True:
             problems.append(f"{where}: uniqueItems added")
         if "items" in new:
@@ -360,6 +361,22 @@ def _dedupe(problems: Iterable[str]) -> list[str]:
     return list(dict.fromkeys(problems))
 
 
+class Narrowing(str):
+    """A breaking change that adds or tightens one constraint of one field: its text,
+    plus ``field`` (the path, ``""`` for the root), ``keyword`` (``maxLength``,
+    ``pattern``, …) and ``new`` (the new value), which is what a documented
+    exception (:class:`CompatException`) can accept. Compares and hashes as its text."""
+
+    field: str
+    keyword: str
+    new: Any
+
+    def __new__(cls, text: str, field: str, keyword: str, new: Any) -> Narrowing:
+        made = super().__new__(cls, text)
+        made.field, made.keyword, made.new = field, keyword, new
+        return made
+
+
 # --------------------------------------------------------------------------- folders
 
 
@@ -373,6 +390,87 @@ class Incompatibility:
 
     def __str__(self) -> str:
         return f"{self.topic} {self.message}: {self.detail}"
+
+
+@dataclass(frozen=True)
+class CompatException:
+    """A documented narrowing accepted without a new topic version (``schemas/compat-exceptions.yaml``).
+
+    ``accept`` maps (topic, message, field, keyword) to the exact new value accepted:
+    a later change to another value, another field or another keyword is refused
+    again. ``reason`` says why existing records are not broken by it and
+    ``verified_by`` how that was (and is to be) checked.
+    """
+
+    id: str
+    reason: str
+    verified_by: str
+    accept: Mapping[tuple[str, str, str, str], Any]
+
+    def accepts(self, problem: Incompatibility) -> bool:
+        detail = problem.detail
+        if not isinstance(detail, Narrowing):
+            return False
+        key = (problem.topic, problem.message, detail.field, detail.keyword)
+        return key in self.accept and self.accept[key] == detail.new
+
+
+EXCEPTIONS_FILE = "compat-exceptions.yaml"
+
+
+def load_exceptions(path: Path) -> list[CompatException]:
+    """The exceptions declared in ``path`` (none when it does not exist).
+
+    Format (YAML)::
+
+        exceptions:
+          - id: <name>
+            reason: <why existing records stay valid>
+            verified_by: <how that is checked>
+            values: {<name>: <value>, ...}          # named values, used below by name
+            accept:
+              <topic>: {<message>: {<field path>: {<keyword>: <value or value name>}}}
+
+    Raises:
+        CompatError: the file is not YAML of that shape.
+    """
+    if not path.is_file():
+        return []
+    try:
+        document = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        found = []
+        for entry in document.get("exceptions") or ():
+            names: Mapping[str, Any] = entry.get("values") or {}
+            accept: dict[tuple[str, str, str, str], Any] = {}
+            for topic, messages in (entry.get("accept") or {}).items():
+                for message, fields in messages.items():
+                    for field_path, keywords in fields.items():
+                        for keyword, value in keywords.items():
+                            resolved = names.get(value, value) if isinstance(value, str) else value
+                            accept[(topic, message, field_path, keyword)] = resolved
+            found.append(
+                CompatException(
+                    id=str(entry["id"]),
+                    reason=str(entry.get("reason", "")),
+                    verified_by=str(entry.get("verified_by", "")),
+                    accept=accept,
+                )
+            )
+    except (yaml.YAMLError, AttributeError, KeyError, TypeError) as exc:
+        raise CompatError(f"{path} is not a compatibility exceptions file: {exc!r}") from exc
+    return found
+
+
+def propose_exceptions(problems: Iterable[Incompatibility]) -> dict[str, Any]:
+    """The ``accept`` block (topic → message → field → keyword → value) that would accept
+    the narrowings among ``problems``: a starting point for a documented exception."""
+    accept: dict[str, Any] = {}
+    for problem in problems:
+        detail = problem.detail
+        if isinstance(detail, Narrowing):
+            fields = accept.setdefault(problem.topic, {}).setdefault(problem.message, {})
+            fields.setdefault(detail.field, {})[detail.keyword] = detail.new
+    return accept
 
 
 def _message_name(file_name: str) -> str:
@@ -626,12 +724,14 @@ class CompatReport:
 
     ``bases``: the commits compared against, newest first (empty = nothing to
     compare); ``compared``: schema files present both on disk and in the newest base;
-    ``problems``: every distinct breaking change, each naming the commit it breaks.
+    ``problems``: every distinct breaking change, each naming the commit it breaks;
+    ``accepted``: the breaking changes a documented exception accepts, with its id.
     """
 
     bases: list[str]
     compared: int
     problems: list[Incompatibility]
+    accepted: list[tuple[Incompatibility, str]] = field(default_factory=list)
 
     @property
     def base(self) -> str | None:
@@ -644,14 +744,20 @@ class CompatReport:
 
 
 def check_compat(
-    schemas_dir: Path, base: str | None = None, *, allow_shallow: bool = False
+    schemas_dir: Path,
+    base: str | None = None,
+    *,
+    allow_shallow: bool = False,
+    exceptions: list[CompatException] | None = None,
 ) -> CompatReport:
     """Compare the ``schemas_dir`` folder as it is on disk against ``base`` in the git
     repository that holds it or, when ``base`` is None, against every committed
     version of the folder (:func:`history_bases`: compatibility is transitive, like
     the Confluent Schema Registry's ``BACKWARD_TRANSITIVE`` mode, because consumers
     read the topics from the beginning). ``allow_shallow``: in a shallow clone,
-    compare against the versions it has instead of refusing.
+    compare against the versions it has instead of refusing. ``exceptions``: the
+    documented narrowings to accept (default: ``<schemas_dir>/compat-exceptions.yaml``,
+    :func:`load_exceptions`); an accepted change is reported in ``accepted``.
 
     Raises:
         BaseUnavailable: ``base`` was given but cannot be read, the clone is shallow
@@ -659,6 +765,8 @@ def check_compat(
         CompatError: a schema file is not valid JSON/YAML.
     """
     schemas_dir = schemas_dir.resolve()
+    if exceptions is None:
+        exceptions = load_exceptions(schemas_dir / EXCEPTIONS_FILE)
     top = _git(
         schemas_dir if schemas_dir.is_dir() else schemas_dir.parent, "rev-parse", "--show-toplevel"
     )
@@ -671,6 +779,7 @@ def check_compat(
     refs = [base] if base is not None else history_bases(repo, folder, allow_shallow=allow_shallow)
     new = read_folder(schemas_dir)
     problems: list[Incompatibility] = []
+    accepted: list[tuple[Incompatibility, str]] = []
     seen: set[str] = set()
     compared = 0
     for n, ref in enumerate(refs):
@@ -682,7 +791,14 @@ def check_compat(
                 continue
             seen.add(str(problem))
             where = ref[:12] if base is None else ref
-            problems.append(
-                Incompatibility(problem.topic, problem.message, f"{problem.detail} (vs {where})")
-            )
-    return CompatReport(refs, compared, problems)
+            detail: str = f"{problem.detail} (vs {where})"
+            if isinstance(problem.detail, Narrowing):
+                narrowing = problem.detail
+                detail = Narrowing(detail, narrowing.field, narrowing.keyword, narrowing.new)
+            noted = Incompatibility(problem.topic, problem.message, detail)
+            by = next((e.id for e in exceptions if e.accepts(problem)), None)
+            if by is None:
+                problems.append(noted)
+            else:
+                accepted.append((noted, by))
+    return CompatReport(refs, compared, problems, accepted)

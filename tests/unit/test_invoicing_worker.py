@@ -435,3 +435,46 @@ def test_a_marker_whose_invoice_is_refused_is_dead_lettered_held_and_passed(
     assert [r.outcome for r in twins.rows(tables.PERIOD_CLOSES)] == ["held"]
     assert worker.stats["invoice_failed"] == 1
     worker.executor.shutdown()
+
+
+def test_a_conflicting_metered_event_is_dead_lettered_outside_the_transaction_once(
+    twins: Twins,
+) -> None:
+    """Issue 10 (merged with the rating wiring): a ``usage.metered`` whose id is stored
+    with another payload is found by the store's insert; the batch is rolled back, the
+    event dead-lettered once as read (kind ``conflict``), its period held, and the
+    batch's other records written."""
+    from datetime import UTC, datetime
+
+    from streams.domain.events import UsageMetered
+
+    customer = twins.customer_on(5)
+    twins.customer(customer)
+    at = datetime(2026, 1, 7, tzinfo=UTC)
+    twins.send(
+        UsageMetered(customer_id=customer, metric="api_calls", event_time=at), event_id="m-1"
+    )
+    conflicting = twins.send(
+        UsageMetered(customer_id=customer, metric="storage_gb", event_time=at), event_id="m-1"
+    )
+    after = twins.usage(customer, "2.50", event_id="usage-after")
+    offset, last = conflicting.offset(), after.offset()
+    assert offset is not None and last is not None
+    worker = twins.worker()
+    subscribe(worker)
+    drive(worker, lambda: twins.committed().get(5) == last + 1, what="the commit")
+    (dead,) = twins.dead_letters()
+    assert (dead.key(), dead.value()) == (conflicting.key(), conflicting.value())
+    meta = dlq_headers(dead)
+    assert (meta["dlq.kind"], meta["dlq.source.offset"]) == ("conflict", str(offset))
+    (hold,) = twins.rows(tables.INVOICE_HOLDS)
+    assert (hold.customer_id, hold.source_offset) == (customer, offset)
+    assert [r.event_id for r in stored_usage(twins, customer)] == ["usage-after"]
+    assert [(r.source_partition, r.source_offset) for r in twins.rows(tables.DEAD_LETTERS)] == [
+        (5, offset)
+    ]
+    # redelivered after a rebalance: known in dead_letters, not dead-lettered again
+    twins.kafka.rebalance(twins.group)
+    spin(worker, 0.1)
+    assert len(twins.dead_letters()) == 1 and worker.stats["conflicts"] == 1
+    worker.executor.shutdown()

@@ -105,9 +105,10 @@ class InMemoryDatabase:
     # ------------------------------------------------------------------ the port
 
     @contextmanager
-    def connection(self) -> Iterator[MemoryConnection]:
+    def connection(self, timeout: float | None = None) -> Iterator[MemoryConnection]:
         """A connection for the block: its open transaction is committed when the block
-        ends normally and rolled back when it raises (as a psycopg pool's connection)."""
+        ends normally and rolled back when it raises (as a psycopg pool's connection).
+        ``timeout`` is accepted for the port and ignored: the twin never waits."""
         conn = MemoryConnection(self)
         try:
             yield conn

@@ -26,7 +26,9 @@ from typing import Literal
 import psycopg
 
 from streams.adapters.memory.database import InMemoryDatabase, Statement
+from streams.adapters.memory.store import dead_letters
 from streams.adapters.memory.store.tables import EMAIL_DELIVERIES, as_uuid
+from streams.billing.rows import DeadLetterRecord, SourceCoordinates
 from streams.email.errors import PermanentEmailError, StoreUnavailable
 from streams.email.store import (
     Claim,
@@ -145,6 +147,28 @@ class InMemoryDeliveryStore:
                     self._update(stmt, sending, status="skipped", skip_reason=reason),
                 )
             return self._existing(stmt, new)
+
+    def dead_lettered(self, source: SourceCoordinates) -> bool:
+        """See :meth:`streams.email.store.DeliveryStore.dead_lettered`."""
+        try:
+            with self.db.connection() as conn:
+                return bool(
+                    dead_letters.recorded(conn, source.topic, source.partition, [source.offset])
+                )
+        except psycopg.OperationalError as exc:
+            raise StoreUnavailable(
+                f"dead_letters unavailable: {type(exc).__name__}: {exc}", exc.sqlstate
+            ) from exc
+
+    def record_dead_letter(self, letter: DeadLetterRecord) -> None:
+        """See :meth:`streams.email.store.DeliveryStore.record_dead_letter`."""
+        try:
+            with self.db.connection() as conn:
+                dead_letters.record(conn, [letter])
+        except psycopg.OperationalError as exc:
+            raise StoreUnavailable(
+                f"dead_letters unavailable: {type(exc).__name__}: {exc}", exc.sqlstate
+            ) from exc
 
     def deliver(self, document_key: str, send: Callable[[], None]) -> Delivered:
         """See :meth:`streams.email.store.DeliveryStore.deliver`."""

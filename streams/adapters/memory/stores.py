@@ -12,7 +12,15 @@ from __future__ import annotations
 
 from streams.adapters.memory import fencing
 from streams.adapters.memory.database import MemoryConnection
-from streams.adapters.memory.store import closes, holds, invoices, metering, pricing, usage
+from streams.adapters.memory.store import (
+    closes,
+    dead_letters,
+    holds,
+    invoices,
+    metering,
+    pricing,
+    usage,
+)
 from streams.billing.stores import Stores
 
 __all__ = ["MEMORY"]
@@ -26,4 +34,5 @@ MEMORY: Stores[MemoryConnection] = Stores(
     fences=fencing,
     metering=metering,
     pricing=pricing,
+    dead_letters=dead_letters,
 )

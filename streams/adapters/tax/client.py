@@ -106,6 +106,11 @@ class HttpTaxService:
             (tests pass one with ``httpx.MockTransport``); closed by :meth:`close`
             only when built here.
         sleep: how retries wait (tests may pass a no-op); default ``time.sleep``.
+        quotes_from_cached_rates: compute a quote (``commit=False``) from cached rates
+            when every line's rate is cached (default). The replay passes False: it must
+            price with the rates the service applies *now* — a rate cached for up to
+            ``cache_ttl_s`` (7 days) would hide a rate change from its comparison
+            (issue 10). Its answers still refresh the cache.
 
     Thread-safe: one object serves every worker thread of a process.
     """
@@ -117,9 +122,11 @@ class HttpTaxService:
         cache: TaxCache | None = None,
         client: httpx.Client | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        quotes_from_cached_rates: bool = True,
     ) -> None:
         self._settings = settings
         self._cache = cache
+        self._quotes_from_cached_rates = quotes_from_cached_rates
         self._owns_client = client is None
         self._client = client or httpx.Client(
             base_url=settings.url,
@@ -185,7 +192,7 @@ class HttpTaxService:
                 ]:
                     logger.debug("tax document %s answered from the cache", idempotency_key)
                     return cached
-            else:
+            elif self._quotes_from_cached_rates:
                 quoted = self._quote_from_cached_rates(self._cache, lines)
                 if quoted is not None:
                     return quoted

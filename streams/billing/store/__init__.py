@@ -6,6 +6,7 @@
                        (gapless numbers), ``credit_notes`` and the ``outbox``
 :mod:`.holds`          ``invoice_holds``
 :mod:`.closes`         ``period_closes``
+:mod:`.dead_letters`   ``dead_letters`` (what was dead-lettered, so never twice)
 :mod:`.metering`       ``metered_usage`` and ``subscription_events`` (dedup by event id)
 :mod:`.pricing`        ``billable_metrics`` and ``plan_versions`` (the published
                        price book, immutable entries)
@@ -25,6 +26,6 @@ Rows map to the frozen dataclasses of :mod:`streams.billing.rows` through
 psycopg's ``class_row``: no caller reads a row by position.
 """
 
-from streams.billing.store import closes, holds, invoices, metering, pricing, usage
+from streams.billing.store import closes, dead_letters, holds, invoices, metering, pricing, usage
 
-__all__ = ["closes", "holds", "invoices", "metering", "pricing", "usage"]
+__all__ = ["closes", "dead_letters", "holds", "invoices", "metering", "pricing", "usage"]

@@ -16,7 +16,7 @@ from psycopg.rows import scalar_row
 
 from streams.billing.rows import CloseMarker
 
-__all__ = ["closed_customers", "record_close"]
+__all__ = ["closed_customers", "last_close_held", "record_close"]
 
 
 def record_close(
@@ -51,6 +51,26 @@ def closed_customers(conn: psycopg.Connection[Any], billing_period: str, topic: 
             cur.execute(
                 "SELECT DISTINCT customer_id FROM period_closes WHERE billing_period = %s "
                 "AND source_topic = %s",
+                (billing_period, topic),
+            ).fetchall()
+        )
+
+
+def last_close_held(conn: psycopg.Connection[Any], billing_period: str, topic: str) -> set[str]:
+    """Customers whose last handled close marker of the period (by offset, on its
+    partition of ``topic``) has the outcome ``held``: a release of their hold re-sends
+    a marker, from which the invoicing worker invoices them."""
+    with conn.cursor(row_factory=scalar_row) as cur:
+        return set(
+            cur.execute(
+                """
+                SELECT customer_id FROM (
+                    SELECT DISTINCT ON (customer_id) customer_id, outcome
+                      FROM period_closes
+                     WHERE billing_period = %s AND source_topic = %s
+                     ORDER BY customer_id, received_at DESC, source_offset DESC
+                ) last WHERE outcome = 'held'
+                """,
                 (billing_period, topic),
             ).fetchall()
         )

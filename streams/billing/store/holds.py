@@ -19,6 +19,7 @@ import psycopg
 from psycopg.rows import class_row, scalar_row
 
 from streams.billing.rows import Hold, SourceCoordinates
+from streams.billing.store.text import safe_text
 
 __all__ = ["has_open_hold", "held_customers", "open_holds", "record_hold"]
 
@@ -35,7 +36,9 @@ def record_hold(
     """Hold ``customer_id``'s invoicing (for one period, or all when ``billing_period``
     is None) because the record at ``source`` was dead-lettered. Idempotent per
     (source record, customer), so one record can hold several customers (migration
-    0004; docs/architecture.md "Holds instead of partial invoices"). Takes a
+    0004; docs/architecture.md "Holds instead of partial invoices"). The reason and the
+    event id quote a bad record: they are written through
+    :func:`~streams.billing.store.text.safe_text` (no NUL, no lone surrogate). Takes a
     :class:`~streams.billing.rows.HoldRequest` as keywords (``record_hold(conn, **request)``).
 
     Raises:
@@ -49,10 +52,10 @@ def record_hold(
         ON CONFLICT (source_topic, source_partition, source_offset, customer_id) DO NOTHING
         """,
         (
-            customer_id,
+            safe_text(customer_id, 128),
             billing_period,
-            reason[:2000],
-            event_id,
+            safe_text(reason, 2000),
+            safe_text(event_id, 256) if event_id is not None else None,
             source.topic,
             source.partition,
             source.offset,

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any
 
 import psycopg
@@ -24,8 +26,9 @@ from streams.billing.rows import (
     SourceCoordinates,
     UsageConflict,
     UsageRecord,
+    payload_hash,
 )
-from streams.domain.events import CustomerUpserted
+from streams.domain.events import CustomerUpserted, UsageRecorded
 from streams.domain.invoice import UsageLine
 
 __all__ = [
@@ -34,9 +37,11 @@ __all__ = [
     "get_customer",
     "insert_usage",
     "late_usage",
+    "stored_payloads",
     "stored_usage_ids",
     "upsert_customer",
     "usage_before",
+    "usage_elsewhere",
 ]
 
 
@@ -134,13 +139,22 @@ def insert_usage(
             )
         }
     conflicts: list[UsageConflict] = []
+    # A stored hash that differs may be the hash of an older rule (decimals as written,
+    # before issue 10): compare those rows by their columns, in canonical form.
+    differing = [
+        r.event_id for r in records if r.payload_sha256 != stored[r.event_id].payload_sha256
+    ]
+    canonical = stored_payloads(conn, differing) if differing else {}
     # The stored row is the first occurrence (an earlier batch, or the first of this
     # batch: executemany inserts in order). A record conflicts only with it; a later
     # exact duplicate of the stored payload is a no-op even when a conflicting record
     # came between them in the batch.
     for record in records:
         first = stored[record.event_id]
-        if record.payload_sha256 != first.payload_sha256:
+        same = record.payload_sha256 == first.payload_sha256 or (
+            record.event_id in canonical and canonical[record.event_id][0] == record.payload_sha256
+        )
+        if not same:
             conflicts.append(
                 UsageConflict(
                     record,
@@ -151,6 +165,74 @@ def insert_usage(
                 )
             )
     return conflicts
+
+
+@dataclass(frozen=True)
+class _StoredPayload:
+    event_id: str
+    customer_id: str
+    billing_period: str
+    amount: Decimal
+    currency: str
+    quantity: Decimal | None
+    unit: str | None
+    consumed_quantity: Decimal | None
+    consumed_unit: str | None
+    sku_id: str | None
+    description: str | None
+    region_id: str | None
+    charge_category: str | None
+    provider: str | None
+    event_time: datetime
+    source_topic: str
+    source_partition: int
+    source_offset: int
+
+
+def stored_payloads(
+    conn: psycopg.Connection[Any], event_ids: Sequence[str]
+) -> dict[str, tuple[str, SourceCoordinates]]:
+    """event id → (:func:`~streams.billing.rows.payload_hash` of the stored line, read
+    back from its columns, and where it was read), for those of ``event_ids`` stored.
+
+    The hash is computed from the columns, so it follows the current hashing rule
+    whatever rule ``payload_sha256`` was written under.
+    """
+    if not event_ids:
+        return {}
+    with conn.cursor(row_factory=class_row(_StoredPayload)) as cur:
+        found = cur.execute(
+            """
+            SELECT event_id, customer_id, billing_period, amount, trim(currency) AS currency,
+                   quantity, unit, consumed_quantity, consumed_unit, sku_id, description,
+                   region_id, charge_category, provider, event_time,
+                   source_topic, source_partition, source_offset
+              FROM usage_lines WHERE event_id = ANY(%s)
+            """,
+            (list(set(event_ids)),),
+        ).fetchall()
+    result: dict[str, tuple[str, SourceCoordinates]] = {}
+    for row in found:
+        data = UsageRecorded.model_construct(
+            schema_version=1,
+            customer_id=row.customer_id,
+            billing_period=row.billing_period,
+            amount=row.amount,
+            currency=row.currency,
+            quantity=row.quantity,
+            unit=row.unit,
+            consumed_quantity=row.consumed_quantity,
+            consumed_unit=row.consumed_unit,
+            sku_id=row.sku_id,
+            description=row.description,
+            region_id=row.region_id,
+            charge_category=row.charge_category,
+            event_time=row.event_time.astimezone(UTC),
+            provider=row.provider,
+        )
+        source = SourceCoordinates(row.source_topic, row.source_partition, row.source_offset)
+        result[row.event_id] = (payload_hash(data), source)
+    return result
 
 
 def get_customer(conn: psycopg.Connection[Any], customer_id: str) -> Customer | None:
@@ -194,6 +276,31 @@ def usage_before(
              ORDER BY source_offset
             """,
             (customer_id, billing_period, topic, partition, before_offset),
+        ).fetchall()
+
+
+def usage_elsewhere(
+    conn: psycopg.Connection[Any],
+    customer_id: str,
+    billing_period: str,
+    topic: str,
+    partition: int,
+) -> list[UsageLine]:
+    """The customer's usage lines of the period read from ``topic`` on any partition but
+    ``partition``, ordered by (partition, offset). Non-empty only after the topic
+    gained partitions and moved the customer (DESIGN §5; docs/operations.md)."""
+    with conn.cursor(row_factory=class_row(UsageLine)) as cur:
+        return cur.execute(
+            """
+            SELECT event_id, customer_id, billing_period, amount, trim(currency) AS currency,
+                   quantity, unit, description, sku_id, region_id, charge_category, event_time,
+                   source_topic, source_partition, source_offset
+              FROM usage_lines
+             WHERE customer_id = %s AND billing_period = %s
+               AND source_topic = %s AND source_partition <> %s
+             ORDER BY source_partition, source_offset
+            """,
+            (customer_id, billing_period, topic, partition),
         ).fetchall()
 
 

@@ -34,3 +34,7 @@ class FakeTaxConfig(BaseModel):
     max_lines: int = Field(wire.MAX_LINES_PER_REQUEST, ge=1)
     #: Seed of the fault/latency draws; setting it (also via PUT) restarts the sequence.
     seed: int | None = None
+    #: Rate changes: jurisdiction code (``US-WA``, ``GLOBAL``, …) → the standard rate it
+    #: applies from now on (a decimal string), instead of the rate table's. A test's way
+    #: of saying "the rate changed after the invoice was issued".
+    rate_overrides: dict[str, str] = Field(default_factory=dict)

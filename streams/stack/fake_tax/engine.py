@@ -160,6 +160,34 @@ class TaxLedger:
         self.max_lines = max_lines
         self._lock = threading.Lock()
         self._documents: dict[str, _Stored] = {}
+        #: jurisdiction code → standard rate replacing the table's (a rate change)
+        self.rate_overrides: dict[str, Decimal] = {}
+
+    def set_overrides(self, overrides: dict[str, str]) -> None:
+        """Apply rate changes: jurisdiction code → standard rate (decimal text).
+
+        Raises:
+            ValueError: a rate that is not a decimal number between 0 and 1.
+        """
+        parsed: dict[str, Decimal] = {}
+        for code, text in overrides.items():
+            try:
+                value = Decimal(text)
+            except ArithmeticError:
+                raise ValueError(f"rate override {code}={text!r} is not a decimal") from None
+            if not value.is_finite() or not Decimal(0) <= value <= Decimal(1):
+                raise ValueError(f"rate override {code}={text!r} is not between 0 and 1")
+            parsed[code] = value
+        self.rate_overrides = parsed
+
+    def rate(self, region_id: str | None, tax_code: str | None = None) -> Rate:
+        """:func:`rate_for`, with the standard rate of an overridden jurisdiction changed."""
+        applied = rate_for(region_id, tax_code)
+        jurisdiction = jurisdiction_of(region_id)
+        override = self.rate_overrides.get(jurisdiction.code)
+        if override is not None and applied.tax_code.endswith("-STD"):
+            return Rate(tax_code=applied.tax_code, rate=override)
+        return applied
 
     def __len__(self) -> int:
         with self._lock:
@@ -211,9 +239,8 @@ class TaxLedger:
                 self._documents[idempotency_key] = _Stored(fingerprint, answer)
             return answer
 
-    @staticmethod
-    def _tax_line(line: TaxLine) -> TaxedLine:
-        applied = rate_for(line.region_id, line.tax_code)
+    def _tax_line(self, line: TaxLine) -> TaxedLine:
+        applied = self.rate(line.region_id, line.tax_code)
         return TaxedLine(
             line_id=line.line_id,
             tax_code=applied.tax_code,

@@ -3,6 +3,7 @@ starts it on a free port and :class:`FakeTaxAdmin` drives its admin API."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -112,7 +113,8 @@ def running_fake_tax(
     ]
     for name, value in (config or FakeTaxConfig()).model_dump().items():
         if value is not None:
-            argv += ["--" + name.replace("_", "-"), str(value)]
+            text = json.dumps(value) if isinstance(value, dict) else str(value)
+            argv += ["--" + name.replace("_", "-"), text]
     with log_file.open("ab") as log:
         process = subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=dict(os.environ)

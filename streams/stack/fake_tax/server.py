@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import random
 import signal
@@ -23,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from streams.adapters.tax import wire
 from streams.billing.ports import TaxRejected
 from streams.stack.fake_tax.config import FakeTaxConfig
-from streams.stack.fake_tax.engine import TaxLedger, rate_for
+from streams.stack.fake_tax.engine import TaxLedger
 
 __all__ = [
     "FakeTaxConfig",
@@ -72,6 +73,7 @@ class FakeTaxServer:
     def __init__(self, config: FakeTaxConfig, *, record_file: Path | None = None) -> None:
         self.config = config
         self.ledger = TaxLedger(max_lines=config.max_lines)
+        self.ledger.set_overrides(config.rate_overrides)
         self.records: list[RequestRecord] = []
         self._random = random.Random(config.seed)
         self._record_file: IO[str] | None = None
@@ -209,7 +211,7 @@ class FakeTaxServer:
             "commit": None,
         }
         try:
-            rate = rate_for(region_id, tax_code)
+            rate = self.ledger.rate(region_id, tax_code)
         except TaxRejected as exc:
             self._record(**base, outcome="invalid", status=422, latency_s=0.0)
             return _error(422, "invalid_tax_code", str(exc))
@@ -255,6 +257,10 @@ class FakeTaxServer:
         if "seed" in changes:
             self._random.seed(new.seed)
         self.ledger.max_lines = new.max_lines
+        try:
+            self.ledger.set_overrides(new.rate_overrides)
+        except ValueError as exc:
+            return _error(422, "invalid_config", str(exc))
         self.config = new
         logger.info("configuration changed: %s", changes)
         return web.json_response(new.model_dump(mode="json"))
@@ -294,6 +300,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--port-file", type=Path, help="write the bound port here when ready")
     for name, info in FakeTaxConfig.model_fields.items():
         if name == "seed":
+            continue
+        if name == "rate_overrides":  # a JSON object on the command line
+            parser.add_argument(
+                "--rate-overrides", type=json.loads, default={}, help=info.description
+            )
             continue
         kind = int if info.annotation is int else float
         parser.add_argument(

@@ -59,6 +59,7 @@ METERED_USAGE = "metered_usage"
 SUBSCRIPTION_EVENTS = "subscription_events"
 BILLABLE_METRICS = "billable_metrics"
 PLAN_VERSIONS = "plan_versions"
+DEAD_LETTERS = "dead_letters"
 
 _PERIOD = re.compile(PERIOD_PATTERN)
 

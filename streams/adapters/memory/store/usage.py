@@ -40,9 +40,11 @@ __all__ = [
     "get_customer",
     "insert_usage",
     "late_usage",
+    "stored_payloads",
     "stored_usage_ids",
     "upsert_customer",
     "usage_before",
+    "usage_elsewhere",
 ]
 
 
@@ -183,6 +185,47 @@ def usage_before(
             and row.source_offset < before_offset
         ]
         return [_line(row) for row in sorted(rows, key=lambda r: r.source_offset)]
+
+
+def usage_elsewhere(
+    conn: MemoryConnection,
+    customer_id: str,
+    billing_period: str,
+    topic: str,
+    partition: int,
+) -> list[UsageLine]:
+    """The customer's usage lines of the period read from ``topic`` on any partition but
+    ``partition``, ordered by (partition, offset)."""
+    with conn.statement("usage.usage_elsewhere") as stmt:
+        rows = [
+            row
+            for row in stmt.table(USAGE_LINES).values()
+            if row.customer_id == customer_id
+            and row.billing_period == billing_period
+            and row.source_topic == topic
+            and row.source_partition != partition
+        ]
+        return [
+            _line(row) for row in sorted(rows, key=lambda r: (r.source_partition, r.source_offset))
+        ]
+
+
+def stored_payloads(
+    conn: MemoryConnection, event_ids: Sequence[str]
+) -> dict[str, tuple[str, SourceCoordinates]]:
+    """event id → (payload hash, where it was read) of those of ``event_ids`` stored. The
+    twin stores every row under the current hashing rule, so its hash is the stored one."""
+    with conn.statement("usage.stored_payloads") as stmt:
+        table = stmt.table(USAGE_LINES)
+        found: dict[str, tuple[str, SourceCoordinates]] = {}
+        for event_id in set(event_ids):
+            row = table.get(event_id)
+            if row is not None:
+                found[event_id] = (
+                    row.payload_sha256,
+                    SourceCoordinates(row.source_topic, row.source_partition, row.source_offset),
+                )
+        return found
 
 
 def stored_usage_ids(conn: MemoryConnection, billing_period: str, topic: str) -> set[str]:
