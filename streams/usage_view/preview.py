@@ -23,6 +23,7 @@ from streams.domain.invoice import UsageLine, price_invoice
 from streams.domain.periods import BillingPeriod
 from streams.domain.rating import PriceBook, RatedInvoice, Usage, rate, segments_for
 from streams.domain.rating.aggregate import MetricUsage
+from streams.topics import ACCOUNT_EVENTS
 from streams.usage_view.models import (
     Close,
     HoldNote,
@@ -63,7 +64,8 @@ def pass_through_lines(
                     region_id=None,
                     charge_category=None,
                     event_time=datetime(day.year, day.month, day.day, tzinfo=UTC),
-                    source_topic="",
+                    # the lines' topic (prefix aside): rate() reports source ranges
+                    source_topic=ACCOUNT_EVENTS.name,
                     source_partition=partition,
                     source_offset=0,
                 )
