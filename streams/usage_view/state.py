@@ -103,9 +103,11 @@ def _exact() -> Iterator[None]:
 
 
 def add_decimal(total: str | None, amount: Decimal) -> str:
-    """``total + amount`` exactly, as a decimal string (``None`` is 0)."""
+    """``total + amount`` exactly, as a plain decimal string (``None`` is 0; never
+    exponent notation: ``5.862E-7`` is written ``0.0000005862``, as the HTTP bodies'
+    decimal strings require)."""
     with _exact():
-        return str(Decimal(total or "0") + amount)
+        return format(Decimal(total or "0") + amount, "f")
 
 
 def period_key(customer_id: str, period: str) -> str:

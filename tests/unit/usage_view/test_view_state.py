@@ -409,3 +409,7 @@ def test_a_line_in_another_currency_than_the_customers_is_held_as_the_job_would(
     answer = view.answer("acme").upcoming_invoice
     assert "invoice_rules" in [h.code for h in answer.holds]
     assert answer.subtotal is None
+
+
+def test_sums_are_plain_decimal_strings() -> None:
+    assert state.add_decimal(None, Decimal("5.862E-7")) == "0.0000005862"
