@@ -3,6 +3,7 @@
     .venv/bin/python -m benchmarks run --set smoke|standard|month-end|incident \\
         [--json reports/bench-<ts>.json] [--repeat N] [--profile] [--customers C --lines L]
     .venv/bin/python -m benchmarks sets          # the sets and their sizes
+    .venv/bin/python -m benchmarks usage-view ingest|freshness|memory [options]   # issue 13
     .venv/bin/python -m benchmarks markdown reports/bench-….json   # runs as markdown tables
 
 The local stack must be up (``invoicing stack up``; ``source .ports.env`` first in a
@@ -148,11 +149,25 @@ def main(argv: list[str] | None = None) -> int:
     )
     run.add_argument("--customers", type=int, default=None, help="override the main customers")
     run.add_argument("--lines", type=int, default=None, help="override the main lines per customer")
+    view = sub.add_parser(
+        "usage-view",
+        help="the usage view and the ingest edge (issue 13): ingest vs a bare producer, "
+        "freshness p50/p99 idle and under load, memory of one instance",
+        add_help=False,
+    )
+    view.add_argument("view_args", nargs=argparse.REMAINDER)
     sub.add_parser("sets", help="print the sets and their sizes")
     md = sub.add_parser("markdown", help="print JSON reports' runs as markdown tables")
     md.add_argument("reports", type=Path, nargs="+")
     md.add_argument("--compare", action="store_true", help="one table, the runs side by side")
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if args.command == "usage-view":
+        from benchmarks import bench_usage_view
+
+        bench_usage_view.main([*args.view_args, *extra], prog="python -m benchmarks usage-view")
+        return 0
+    if extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     console = Console(stderr=True)
     # wide enough for the table when stdout is a file or a pipe (CI, tee)
     out = Console() if sys.stdout.isatty() else Console(width=250)

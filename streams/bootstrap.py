@@ -38,7 +38,7 @@ from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool
 
 from streams.adapters.connect import connector_status
-from streams.adapters.kafka import make_consumer, make_producer, make_reader
+from streams.adapters.kafka import ensure_topics, make_consumer, make_producer, make_reader
 from streams.adapters.lease import DEFAULT_KEY_PREFIX
 from streams.adapters.tax.cache import RedisTaxCache
 from streams.adapters.tax.client import HttpTaxService
@@ -53,6 +53,7 @@ from streams.importers.focus_import import (
 )
 from streams.ops.status import StatusSources
 from streams.settings import RoleName, Settings
+from streams.topics import ACCOUNT_EVENTS
 
 if TYPE_CHECKING:  # imported when called: the demo and the drill pull in the fake services
     from streams.demo.pricing.run import PricingDemoClients
@@ -60,9 +61,12 @@ if TYPE_CHECKING:  # imported when called: the demo and the drill pull in the fa
     from streams.drill.run import DrillClients
     from streams.email.sender import EmailSender
     from streams.importers.price_book import PublishSummary
+    from streams.ingest.keys import ApiKeyFile
     from streams.invoicing.worker import InvoicingWorker
     from streams.replay.report import ReplayReport
     from streams.replay.run import ReplayClients
+    from streams.usage_view.app import ViewConfig
+    from streams.usage_view.price_book import PriceBookSource
 
 log = logging.getLogger("streams.bootstrap")
 
@@ -561,3 +565,138 @@ def replay_period(
     BillingPeriod.parse(period)
     with replay_clients(settings, pool=pool, redis_conn=redis_conn, tax=tax) as clients:
         return run_replay(period, settings, clients, **options)
+
+
+# ================================================================================================
+# The usage view and the HTTP ingest edge (issue 13): their faust app, price book source,
+# producer, Redis idempotency store and API keys, built from settings. Only
+# streams.entrypoints.usage (and tests) call these.
+# ================================================================================================
+
+
+def view_price_books(
+    settings: Settings, price_book: Path | None = None, *, wait_s: float = 10.0
+) -> PriceBookSource:
+    """The view's price book source: ``price_book`` (or ``settings.view.price_book``), a
+    file reloaded when it changes; neither: the published book, read from the
+    price-book topic (under ``kafka.topic_prefix``) by a daemon thread on a reader
+    consumer, after waiting up to ``wait_s`` for it to reach the topic's end (so the
+    first records are rated under the book the invoice job will use).
+
+    Raises:
+        PriceBookError: the file does not validate.
+        OSError: the file cannot be read.
+    """
+    from streams.topics import PRICE_BOOK
+    from streams.usage_view.price_book import (
+        FilePriceBook,
+        PriceBookTopicReader,
+        PublishedPriceBook,
+    )
+
+    path = price_book or settings.view.price_book
+    if path is not None:
+        return FilePriceBook(path)
+    spec = PRICE_BOOK.with_prefix(settings.kafka.topic_prefix)
+    readers: list[PriceBookTopicReader] = []
+    book = PublishedPriceBook(sync=lambda timeout_s: readers[0].caught_up(timeout_s))
+    reader = PriceBookTopicReader(
+        make_reader(settings.kafka, f"{settings.view.group}-price-book"),
+        spec.name,
+        spec.partitions,
+        book,
+    )
+    readers.append(reader)
+    if not reader.caught_up(wait_s):
+        log.warning("usage view: the price book topic %s not read to its end yet", spec.name)
+    return book
+
+
+def view_config(settings: Settings, *, port: int | None = None) -> ViewConfig:
+    """One view instance's :class:`~streams.usage_view.app.ViewConfig` from settings:
+    the group and topic (under ``kafka.topic_prefix``), ``port`` (default
+    ``settings.view.port``), its own data folder per port."""
+    from streams.usage_view.app import ViewConfig
+
+    view = settings.view
+    web_port = port if port is not None else view.port
+    base = view.data_dir or settings.stack.local_dir / "data" / "usage-view"
+    source = ACCOUNT_EVENTS.with_prefix(settings.kafka.topic_prefix)
+    return ViewConfig(
+        app_id=view.group,
+        brokers=settings.kafka.bootstrap_servers,
+        source_topic=source.name,
+        partitions=source.partitions,
+        host=view.host,
+        port=web_port,
+        store=f"{view.store}://",
+        datadir=base / f"{view.group}-{web_port}",
+        standby_replicas=view.standby_replicas,
+        retain_closed=timedelta(days=view.retain_closed_days),
+        retain_open=timedelta(days=view.retain_open_days),
+        cleanup_interval_s=view.cleanup_interval_s,
+    )
+
+
+def run_usage_view(
+    settings: Settings,
+    *,
+    port: int | None = None,
+    price_book: Path | None = None,
+    loglevel: str = "INFO",
+) -> None:
+    """Build and run one usage view instance until SIGTERM/SIGINT. Same errors as
+    :func:`view_price_books`."""
+    from streams.usage_view.app import changelog_topics, create_app, run_view
+
+    books = view_price_books(settings, price_book)
+    config = view_config(settings, port=port)
+    ensure_topics(settings.kafka, changelog_topics(config))
+    app = create_app(config, books)
+    run_view(app, loglevel=loglevel)
+
+
+def api_keys_path(settings: Settings) -> Path:
+    """The file of hashed API keys (``settings.ingest.api_keys_file``, default under ``.local/data``)."""
+    return settings.ingest.api_keys_file or settings.stack.local_dir / "data" / "api-keys.json"
+
+
+def api_key_store(settings: Settings) -> ApiKeyFile:
+    """The hashed API keys the edge checks and ``invoicing api-keys`` writes."""
+    from streams.ingest.keys import ApiKeyFile
+
+    return ApiKeyFile(api_keys_path(settings))
+
+
+def run_ingest_edge(settings: Settings, *, port: int | None = None) -> None:
+    """Build the edge's clients (producer, Redis, API keys) and serve until SIGTERM/SIGINT."""
+    from streams.ingest.idempotency import RedisIdempotency
+    from streams.ingest.server import EdgeConfig, serve
+
+    ingest = settings.ingest
+    config = EdgeConfig(
+        host=ingest.host,
+        port=port if port is not None else ingest.port,
+        topic=ACCOUNT_EVENTS.with_prefix(settings.kafka.topic_prefix).name,
+        max_body_bytes=ingest.max_body_bytes,
+        max_batch_events=ingest.max_batch_events,
+        delivery_timeout_s=ingest.delivery_timeout_s,
+    )
+    with contextlib.closing(redis_client(settings)) as redis_conn:
+        serve(
+            config,
+            producer=producer(settings, **{"linger.ms": 5}),
+            keys=api_key_store(settings),
+            idempotency=RedisIdempotency(
+                redis_conn,
+                ttl_s=ingest.idempotency_ttl_s,
+                prefix=f"ingest:{settings.kafka.topic_prefix}",
+            ),
+        )
+
+
+def usage_client(
+    settings: Settings, *, url: str | None = None, timeout_s: float = 10.0
+) -> httpx.Client:
+    """An HTTP client based at a view instance (``url`` or ``settings.view.url``)."""
+    return httpx.Client(base_url=url or settings.view.url, timeout=timeout_s)

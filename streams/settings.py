@@ -306,6 +306,53 @@ class WorkerSettings(BaseModel):
     max_jobs: int = 4
 
 
+class UsageViewSettings(BaseModel):
+    """The usage view (``invoicing worker usage-view``, a faust-streaming app) and the
+    address ``invoicing usage`` asks it at."""
+
+    #: faust app id: the view's consumer group and its changelog topics' prefix.
+    group: str = "usage-view"
+    host: str = "127.0.0.1"
+    #: Web port of an instance (``--port`` overrides; each instance needs its own).
+    port: int = 18700
+    #: Where ``invoicing usage`` sends its requests (any instance answers).
+    url: str = "http://127.0.0.1:18700"
+    #: Table store: "rocksdb" (rocksdict, on disk: production) or "memory".
+    store: Literal["rocksdb", "memory"] = "rocksdb"
+    #: Folder of the RocksDB files (default ``.local/data/usage-view``), one per instance port.
+    data_dir: Path | None = None
+    #: Standby copies of each table partition kept by other instances (faster failover,
+    #: more memory per instance).
+    standby_replicas: int = Field(default=0, ge=0)
+    #: Price book file until published versions are read from their topic (none: the
+    #: empty book, enough for pass-through customers).
+    price_book: Path | None = None
+    #: A closed period stays queryable this long after its close marker (days).
+    retain_closed_days: int = Field(default=35, ge=0)
+    #: A period never closed is dropped this long after its month ended (days).
+    retain_open_days: int = Field(default=400, ge=0)
+    #: How often the retention runs (seconds).
+    cleanup_interval_s: float = Field(default=3600.0, gt=0)
+
+
+class IngestSettings(BaseModel):
+    """The HTTP ingest edge (``invoicing worker ingest``): CloudEvents in, Kafka records out."""
+
+    host: str = "127.0.0.1"
+    port: int = 18800
+    #: File of the hashed API keys (default ``.local/data/api-keys.json``), written by
+    #: ``invoicing api-keys create|revoke``.
+    api_keys_file: Path | None = None
+    #: Largest request body (bytes); larger requests are answered 413.
+    max_body_bytes: int = Field(default=1_048_576, gt=0)
+    #: Most events in one batch request.
+    max_batch_events: int = Field(default=1000, gt=0)
+    #: How long the edge remembers an event id for idempotency (seconds, Redis).
+    idempotency_ttl_s: int = Field(default=7 * 24 * 3600, gt=0)
+    #: Longest wait for the broker's delivery reports of one request (seconds).
+    delivery_timeout_s: float = Field(default=30.0, gt=0)
+
+
 class FaultSettings(BaseModel):
     """Fault-injection hooks for the chaos tests (tests/chaos). All off by default;
     never set them in production.
@@ -343,4 +390,6 @@ class Settings(BaseSettings):
     fakes: FakeServicesSettings = FakeServicesSettings()
     stack: StackSettings = StackSettings()
     worker: WorkerSettings = WorkerSettings()
+    view: UsageViewSettings = UsageViewSettings()
+    ingest: IngestSettings = IngestSettings()
     fault: FaultSettings = FaultSettings()

@@ -24,6 +24,7 @@ from streams.entrypoints import (
     schemas,
     stack,
     topics,
+    usage,
     worker,
 )
 from streams.settings import Settings
@@ -49,6 +50,7 @@ app.command("generate-events")(demo.generate_events_command)
 app.command("close-period")(close.close_period_command)
 app.command("status")(ops.status_command)
 app.command("reconcile")(ops.reconcile_command)
+app.command("usage")(usage.usage_command)
 app.add_typer(stack.app, name="stack")
 app.add_typer(db.app, name="db")
 app.add_typer(topics.app, name="topics")
@@ -60,6 +62,7 @@ app.add_typer(schemas.app, name="schemas")
 app.add_typer(ops.holds_app, name="holds")
 app.add_typer(ops.fences_app, name="fences")
 app.add_typer(ops.outbox_app, name="outbox")
+app.add_typer(usage.api_keys_app, name="api-keys")
 
 
 def main() -> None:

@@ -10,6 +10,7 @@ import threading
 
 import typer
 
+from streams.entrypoints import usage
 from streams.entrypoints.common import configure_logging, settings_of
 from streams.settings import Settings
 
@@ -89,3 +90,8 @@ def worker_invoicing(
     if settings.worker.metrics_port:
         start_http_server(settings.worker.metrics_port, addr="127.0.0.1")
     run_invoicing_worker(settings, stop=stop, install_signal_handlers=False)
+
+
+# The usage view and the ingest edge (issue 13): streams.entrypoints.usage.
+app.command("usage-view")(usage.usage_view_worker)
+app.command("ingest")(usage.ingest_worker)

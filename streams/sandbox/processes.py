@@ -13,7 +13,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -48,9 +48,15 @@ class WorkerGroup:
     processes: list[WorkerProcess] = field(default_factory=list)
 
     def start(
-        self, kind: str, count: int = 1, *, extra_env: Mapping[str, str] | None = None
+        self,
+        kind: str,
+        count: int = 1,
+        *,
+        extra_env: Mapping[str, str] | None = None,
+        args: Sequence[str] = (),
     ) -> list[WorkerProcess]:
-        """Start ``count`` processes of ``kind`` (``invoicing`` or ``email``)."""
+        """Start ``count`` processes of ``kind`` (``invoicing``, ``email``, ``usage-view``,
+        ``ingest``), each with the extra command-line ``args``."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
         started = []
         for _ in range(count):
@@ -59,7 +65,7 @@ class WorkerGroup:
             env = {**os.environ, **self.env, **(extra_env or {}), "PYTHONUNBUFFERED": "1"}
             with log.open("ab") as fh:
                 proc = subprocess.Popen(
-                    [sys.executable, "-m", "streams.entrypoints", "worker", kind],
+                    [sys.executable, "-m", "streams.entrypoints", "worker", kind, *args],
                     stdout=fh,
                     stderr=subprocess.STDOUT,
                     env=env,

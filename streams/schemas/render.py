@@ -39,9 +39,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import TypeAdapter
+from pydantic import BaseModel, TypeAdapter
 
 from streams.domain.events import CODE_PATTERN, CustomerId, Envelope, EventData, event_models
+from streams.domain.periods import PERIOD_PATTERN
 from streams.domain.rating.book import price_book_json_schema
 from streams.settings import KafkaSettings
 from streams.topics import (
@@ -89,6 +90,125 @@ def _price_book_schema() -> dict[str, Any]:
         "$schema": DRAFT,
         "$id": f"{ID_BASE}{PRICE_BOOK_FILE}",
         "title": "Price book",
+    }
+
+
+#: Folder of the HTTP bodies' schemas (the usage view and the ingest edge, issue 13).
+HTTP_FOLDER = "http"
+OPENAPI_FILE = f"{HTTP_FOLDER}/openapi.yaml"
+
+
+def _http_models() -> dict[str, type[BaseModel]]:
+    from streams.usage_view.models import CloudEventIn, IngestResponse, Problem, UsageResponse
+
+    return {
+        "usage-response": UsageResponse,
+        "problem": Problem,
+        "ingest-response": IngestResponse,
+        "cloudevent": CloudEventIn,
+    }
+
+
+def _http_schema(name: str, model: type[BaseModel]) -> dict[str, Any]:
+    schema = model.model_json_schema(mode="serialization")
+    return {
+        **schema,
+        "$schema": DRAFT,
+        "$id": f"{ID_BASE}{HTTP_FOLDER}/{name}.schema.json",
+        "title": schema.get("title", name),
+    }
+
+
+def openapi_document() -> dict[str, Any]:
+    """OpenAPI 3.1 of the view's and the edge's HTTP API; bodies by reference to the
+    JSON Schema files beside it."""
+
+    def ref(name: str) -> dict[str, str]:
+        return {"$ref": f"./{name}.schema.json"}
+
+    problem = {"application/problem+json": {"schema": ref("problem")}}
+
+    def problem_response(text: str) -> dict[str, Any]:
+        return {"description": text, "content": problem}
+
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "Invoicing pipeline: usage view and ingest edge",
+            "version": API_VERSION,
+            "description": "Usage to date and the upcoming invoice (provisional, before tax), "
+            "and CloudEvents ingest to billing.account-events.v1. Guide: docs/usage-api.md.",
+        },
+        "paths": {
+            "/v1/customers/{customer_id}/usage": {
+                "get": {
+                    "summary": "Usage to date and the upcoming invoice of a customer's period",
+                    "description": "Any view instance answers; it forwards to the owner of the "
+                    "customer's partition.",
+                    "parameters": [
+                        {
+                            "name": "customer_id",
+                            "in": "path",
+                            "required": True,
+                            "description": "Percent-encoded customer id ('/' as %2F).",
+                            "schema": {"type": "string"},
+                        },
+                        {
+                            "name": "period",
+                            "in": "query",
+                            "required": False,
+                            "description": "YYYY-MM (default: the current UTC month).",
+                            "schema": {"type": "string", "pattern": PERIOD_PATTERN},
+                        },
+                    ],
+                    "responses": {
+                        "200": {
+                            "description": "The usage and the rated preview",
+                            "content": {"application/json": {"schema": ref("usage-response")}},
+                        },
+                        "400": problem_response("Bad period"),
+                        "404": problem_response("No event of this customer reached the view"),
+                        "503": problem_response(
+                            "The view is rebalancing or the owner is unreachable"
+                        ),
+                    },
+                }
+            },
+            "/v1/events": {
+                "post": {
+                    "summary": "CloudEvents (structured JSON), one or a batch",
+                    "security": [{"bearer": []}],
+                    "requestBody": {
+                        "required": True,
+                        "content": {
+                            "application/cloudevents+json": {"schema": ref("cloudevent")},
+                            "application/cloudevents-batch+json": {
+                                "schema": {"type": "array", "items": ref("cloudevent")}
+                            },
+                        },
+                    },
+                    "responses": {
+                        "200": {
+                            "description": "Every event accepted (delivered) or a duplicate",
+                            "content": {"application/json": {"schema": ref("ingest-response")}},
+                        },
+                        "207": {
+                            "description": "Some events rejected, each with its error",
+                            "content": {"application/json": {"schema": ref("ingest-response")}},
+                        },
+                        "400": problem_response("Malformed body or event"),
+                        "401": problem_response("No valid bearer API key"),
+                        "403": problem_response("Event type not accepted at the edge"),
+                        "409": problem_response("Event id reused with other content"),
+                        "413": problem_response("Body or batch too large"),
+                        "415": problem_response("Another media type"),
+                        "422": problem_response("Event data invalid"),
+                        "503": problem_response("The broker did not confirm delivery in time"),
+                    },
+                }
+            },
+        },
+        "components": {"securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
     }
 
 
@@ -504,6 +624,18 @@ def render_schemas() -> dict[Path, str]:
         )
     files[Path(ASYNCAPI_FILE)] = render_asyncapi()
     files[Path(PRICE_BOOK_FILE)] = _dump(_price_book_schema())
+    for name, body in _http_models().items():
+        files[Path(HTTP_FOLDER) / f"{name}.schema.json"] = _dump(_http_schema(name, body))
+    files[Path(OPENAPI_FILE)] = (
+        "# Generated by `python -m streams.schemas`; do not edit.\n"
+        + yaml.dump(
+            openapi_document(),
+            Dumper=_NoAliasDumper,
+            sort_keys=False,
+            allow_unicode=True,
+            width=100,
+        )
+    )
     return dict(sorted(files.items()))
 
 

@@ -153,15 +153,19 @@ def test_every_topic_and_event_type_has_its_files() -> None:
     for topic, models in TOPIC_MODELS.items():
         for model in models:
             assert f"{topic}/{model.event_type}.schema.json" in rendered
-    # The price book's schema is a document's, not a topic's (checked below).
+    # The price book's schema is a document's, not a topic's (checked below), and so
+    # are the HTTP bodies' (http/, issue 13).
     value_files = {
         p
         for p in rendered
         if not p.endswith(("key.schema.json", "headers.schema.json", "README.md", ".yaml"))
-        and not p.startswith("price-book/")
+        and not p.startswith(("price-book/", "http/"))
     }
     assert len(value_files) == len(EVENT_TYPES)
     assert "price-book/price-book.schema.json" in rendered
+    for body in ("usage-response", "problem", "ingest-response", "cloudevent"):
+        assert f"http/{body}.schema.json" in rendered
+    assert "http/openapi.yaml" in rendered
     assert "billing.account-events.dlq.v1/README.md" in rendered
     assert "asyncapi.yaml" in rendered
 

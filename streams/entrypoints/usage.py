@@ -1,0 +1,192 @@
+"""``invoicing usage``, ``invoicing api-keys …`` and the ``worker usage-view`` / ``worker ingest``
+processes (issue 13): arguments, printing, exit codes.
+
+The logic lives in :mod:`streams.usage_view` and :mod:`streams.ingest`; the clients
+are built by :mod:`streams.bootstrap`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+import typer
+from rich.table import Table
+
+from streams.entrypoints.common import configure_logging, console, out, settings_of
+
+api_keys_app = typer.Typer(
+    help="API keys of the HTTP ingest edge (stored hashed, SHA-256).", no_args_is_help=True
+)
+
+PortOption = typer.Option(None, "--port", help="Web port of this instance (default: settings).")
+LogLevelOption = typer.Option("INFO", "--log-level", help="DEBUG, INFO, WARNING, ERROR.")
+PriceBookOption = typer.Option(
+    None,
+    "--price-book",
+    help="Price book YAML to rate under, reloaded when it changes "
+    "(default: INVOICING_VIEW__PRICE_BOOK; none: the published book, read from billing.price-book.v1).",
+    exists=True,
+    dir_okay=False,
+)
+
+
+def usage_view_worker(
+    ctx: typer.Context,
+    port: int | None = PortOption,
+    price_book: Path | None = PriceBookOption,
+    log_level: str = LogLevelOption,
+) -> None:
+    """Usage to date and the upcoming invoice per customer: a faust-streaming app (group
+    settings.view.group) serving GET /v1/customers/{id}/usage and /metrics on --port."""
+    from streams.bootstrap import run_usage_view
+    from streams.domain.rating import PriceBookError
+
+    configure_logging(log_level)
+    settings = settings_of(ctx)
+    try:
+        run_usage_view(settings, port=port, price_book=price_book, loglevel=log_level)
+    except PriceBookError as exc:
+        console.print(f"[red]price book refused[/]: {exc}")
+        raise typer.Exit(2) from exc
+
+
+def ingest_worker(
+    ctx: typer.Context, port: int | None = PortOption, log_level: str = LogLevelOption
+) -> None:
+    """The HTTP ingest edge: POST /v1/events (CloudEvents, structured JSON, one or a batch)
+    → billing.account-events.v1, answered after the broker confirmed delivery."""
+    from streams.bootstrap import run_ingest_edge
+
+    configure_logging(log_level)
+    run_ingest_edge(settings_of(ctx), port=port)
+
+
+def usage_command(
+    ctx: typer.Context,
+    customer: str = typer.Argument(..., help="Customer id (as in the events; '/' allowed)."),
+    period: str | None = typer.Option(
+        None, "--period", help="YYYY-MM (default: the current month)."
+    ),
+    url: str | None = typer.Option(
+        None, "--url", help="A view instance (default: settings.view.url)."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print the API's JSON answer."),
+) -> None:
+    """Usage to date and the upcoming invoice of CUSTOMER, from the usage view's API.
+    Exit 1 when the customer is unknown, 2 for a bad period or an unreachable view."""
+    from streams.bootstrap import usage_client
+    from streams.usage_view.app import usage_path
+
+    settings = settings_of(ctx)
+    try:
+        with usage_client(settings, url=url) as client:
+            response = client.get(usage_path(customer, period))
+    except httpx.HTTPError as exc:
+        console.print(f"[red]usage view unreachable[/] at {url or settings.view.url}: {exc}")
+        raise typer.Exit(2) from exc
+    body: dict[str, Any] = response.json()
+    if response.status_code != 200:
+        console.print(
+            f"[red]{body.get('title', response.status_code)}[/]: {body.get('detail', '')}"
+        )
+        raise typer.Exit(1 if response.status_code == 404 else 2)
+    if as_json:
+        out.print_json(json.dumps(body))
+        return
+    _print_usage(body)
+
+
+def _print_usage(body: dict[str, Any]) -> None:
+    invoice = body["upcoming_invoice"]
+    usage = body["usage"]
+    closed = body.get("closed")
+    title = (
+        f"{body['customer_id']} · {body['period']} · "
+        + (f"closed {closed['closed_at']}" if closed else "open")
+        + " · provisional, before tax"
+    )
+    summary = Table(title=title, show_header=False)
+    summary.add_column("what")
+    summary.add_column("value", justify="right")
+    pass_through = usage["pass_through"]
+    summary.add_row("pass-through lines", str(pass_through["lines"]))
+    for currency, amount in pass_through["amounts"].items():
+        summary.add_row(f"pass-through ({currency})", amount)
+    for metric in usage["metered"]:
+        name = metric["metric"] + (f" [{metric['group']}]" if metric.get("group") else "")
+        summary.add_row(f"{name} ({metric['events']} events)", metric["quantity"])
+    late = usage["late"]
+    if late["pass_through_lines"] or late["metered_events"]:
+        summary.add_row(
+            "late (after the close)",
+            f"{late['pass_through_lines']} lines, {late['metered_events']} metered",
+        )
+    subtotal = invoice["subtotal"]
+    summary.add_row(
+        f"subtotal ({invoice['currency']})",
+        subtotal if subtotal is not None else f"held (preview {invoice['rounded_total']})",
+    )
+    summary.add_row("price book", invoice["price_book"])
+    summary.add_row("served by", f"{body['served_by']} (partition {body['partition']})")
+    out.print(summary)
+    charges = [line for line in invoice["lines"] if line["kind"] == "charge"]
+    if charges:
+        lines = Table(title="charges")
+        for column in ("plan", "charge", "metric", "quantity", "amount"):
+            lines.add_column(
+                column, justify="right" if column in ("quantity", "amount") else "left"
+            )
+        for line in charges:
+            lines.add_row(
+                f"{line['plan_code']} v{line['plan_version']}",
+                line["charge_code"] or "",
+                (line["metric"] or "") + (f" [{line['group']}]" if line.get("group") else ""),
+                line["quantity"] or "",
+                line["amount"],
+            )
+        out.print(lines)
+    for hold in invoice["holds"]:
+        out.print(f"[yellow]hold {hold['code']}[/]: {hold['message']}")
+
+
+@api_keys_app.command("create")
+def api_keys_create(
+    ctx: typer.Context,
+    name: str = typer.Argument(..., help="Who the key is for (shown in list)."),
+) -> None:
+    """Create a key: prints it once (only its SHA-256 is stored)."""
+    from streams.bootstrap import api_key_store
+
+    store = api_key_store(settings_of(ctx))
+    key_id, secret = store.create(name)
+    console.print(f"created key {key_id} for {name!r} in {store.path}; it is shown only now:")
+    out.print(secret, markup=False, highlight=False)
+
+
+@api_keys_app.command("revoke")
+def api_keys_revoke(ctx: typer.Context, key_id: str = typer.Argument(...)) -> None:
+    """Revoke a key by its id (the edge refuses it from its next request)."""
+    from streams.bootstrap import api_key_store
+    from streams.ingest.keys import UnknownKey
+
+    store = api_key_store(settings_of(ctx))
+    try:
+        store.revoke(key_id)
+    except UnknownKey as exc:
+        console.print(f"[red]{exc}[/]")
+        raise typer.Exit(1) from exc
+    console.print(f"revoked {key_id}")
+
+
+@api_keys_app.command("list")
+def api_keys_list(ctx: typer.Context) -> None:
+    """Keys with their id, name, creation and revocation (never the key)."""
+    from streams.bootstrap import api_key_store
+
+    table = Table("id", "name", "created", "revoked")
+    for key in api_key_store(settings_of(ctx)).list():
+        table.add_row(key.key_id, key.name, key.created_at, key.revoked_at or "")
+    out.print(table)
