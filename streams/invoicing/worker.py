@@ -810,34 +810,58 @@ class InvoicingWorker:
             "conflict",
             reason,
         )
+        return self._submit_conflict(
+            batch,
+            letter,
+            event_type="usage.recorded",
+            event_id=record.event_id,
+            customer_id=record.data.customer_id,
+            billing_period=record.data.billing_period,
+            source=record.source,
+        )
+
+    def _submit_conflict(
+        self,
+        batch: _Batch,
+        letter: Letter,
+        *,
+        event_type: str,
+        event_id: str,
+        customer_id: str,
+        billing_period: str | None,
+        source: rows.SourceCoordinates,
+    ) -> bool:
+        """Submit a conflict's dead letter; on acceptance count it, and add to the batch
+        its ``dead_letters`` row and the hold of ``customer_id``'s ``billing_period``
+        (None: every period), written in the batch's transaction. False when the
+        producer refused the letter (the batch is retried)."""
         try:
             batch.deliveries.append(self.dead_letters.submit(letter))
         except DeadLetterError as exc:
             log.warning("%s", exc)
             return False
-        RECORDS.labels("usage.recorded", "conflict").inc()
+        RECORDS.labels(event_type, "conflict").inc()
         self.stats["conflicts"] += 1
-        log.warning("usage conflict dead-lettered: %s", reason)
-        customer = record.data.customer_id
+        log.warning("%s conflict dead-lettered: %s", event_type, letter.reason)
         batch.letters.append(
             rows.DeadLetterRecord(
-                record.source.topic,
-                record.source.partition,
-                record.source.offset,
+                source.topic,
+                source.partition,
+                source.offset,
                 self.dead_letters.topic,
                 "conflict",
-                reason,
-                record.event_id,
-                [customer],
+                letter.reason,
+                event_id,
+                [customer_id],
             )
         )
         batch.holds.append(
             {
-                "customer_id": customer,
-                "billing_period": record.data.billing_period,
-                "reason": reason,
-                "event_id": record.event_id,
-                "source": record.source,
+                "customer_id": customer_id,
+                "billing_period": billing_period,
+                "reason": letter.reason,
+                "event_id": event_id,
+                "source": source,
             }
         )
         return True
@@ -1084,37 +1108,15 @@ class InvoicingWorker:
             "conflict",
             reason,
         )
-        try:
-            batch.deliveries.append(self.dead_letters.submit(letter))
-        except DeadLetterError as exc:
-            log.warning("%s", exc)
-            return False
-        RECORDS.labels(record.data.event_type, "conflict").inc()
-        self.stats["conflicts"] += 1
-        log.warning("%s conflict dead-lettered: %s", record.data.event_type, reason)
-        customer = record.data.customer_id
-        batch.letters.append(
-            rows.DeadLetterRecord(
-                record.source.topic,
-                record.source.partition,
-                record.source.offset,
-                self.dead_letters.topic,
-                "conflict",
-                reason,
-                record.event_id,
-                [customer],
-            )
+        return self._submit_conflict(
+            batch,
+            letter,
+            event_type=record.data.event_type,
+            event_id=record.event_id,
+            customer_id=record.data.customer_id,
+            billing_period=conflict.billing_period,
+            source=record.source,
         )
-        batch.holds.append(
-            {
-                "customer_id": customer,
-                "billing_period": conflict.billing_period,
-                "reason": reason,
-                "event_id": record.event_id,
-                "source": record.source,
-            }
-        )
-        return True
 
     def _flush_failed(self, partition: int, rewind_to: int, reason: str) -> None:
         self._back_off(partition)
