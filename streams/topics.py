@@ -10,6 +10,7 @@ Pure: imports nothing from a Kafka client.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -25,7 +26,7 @@ class TopicSpec:
 
     ``event_types`` are the CloudEvents ``type`` names of the records on the topic,
     in the order the contracts list them (``schemas/``, the AsyncAPI document);
-    :func:`streams.domain.events.event_models` maps them to their data models. A
+    :func:`streams.core.domain.events.event_models` maps them to their data models. A
     dead-letter topic carries no event type of its own (its records are copies).
     Kept as names so that this module imports no domain code.
 
@@ -136,6 +137,24 @@ DEAD_LETTER_TOPICS: dict[str, tuple[str, str]] = {
     ACCOUNT_EVENTS_DLQ.name: (ACCOUNT_EVENTS.name, "the invoicing workers"),
     INVOICES_DLQ.name: (INVOICES.name, "the email sender"),
 }
+
+
+#: The topics an outbox row may name in ``aggregatetype`` (Debezium's EventRouter routes the
+#: row there): the invoices topic, under any topic prefix of dot-ended segments (``t1a2b.``,
+#: ``test.run7.``; test sandboxes use one) and nothing else, so that no login that may
+#: insert outbox rows can put a record on the account events or any other topic
+#: (docs/security.md "The outbox"). One regular expression for Python's ``re`` and
+#: PostgreSQL's ``~`` (the CHECK of migration 0015, and the memory twin's). At most
+#: :data:`MAX_TOPIC_NAME` characters, Kafka's limit.
+OUTBOX_ROUTE_PATTERN = r"^([A-Za-z0-9_-]+\.)*" + INVOICES.name.replace(".", r"\.") + "$"
+
+#: Kafka's longest topic name.
+MAX_TOPIC_NAME = 249
+
+
+def is_outbox_route(name: str) -> bool:
+    """Whether an outbox row may name ``name`` as its topic (:data:`OUTBOX_ROUTE_PATTERN`)."""
+    return len(name) <= MAX_TOPIC_NAME and re.fullmatch(OUTBOX_ROUTE_PATTERN, name) is not None
 
 
 def by_name(name: str) -> TopicSpec:

@@ -36,10 +36,11 @@ from typing import Any
 
 import httpx
 
+from streams.errors import InvoicingError
 from streams.settings import DatabaseRole, Settings
 
 
-class ConnectError(Exception):
+class ConnectError(InvoicingError):
     """The Connect REST API refused or failed a request (status and body in the message)."""
 
 
@@ -166,7 +167,14 @@ def render_outbox_config(settings: Settings, root: Path) -> dict[str, str]:
             raise ConnectError(f"connector template names unknown setting {match.group(0)}")
         return values[match.group(1)]
 
-    return {k: _PLACEHOLDER.sub(value, str(v)) for k, v in template.items()}
+    config = {k: _PLACEHOLDER.sub(value, str(v)) for k, v in template.items()}
+    # TLS to PostgreSQL: libpq's mode and CA, as Connect sees the CA file (the same
+    # path: the local stack runs Connect on this host). "prefer" is Debezium's default.
+    if settings.postgres.sslmode != "prefer":
+        config["database.sslmode"] = settings.postgres.sslmode
+    if settings.postgres.sslrootcert is not None:
+        config["database.sslrootcert"] = str(settings.postgres.sslrootcert)
+    return config
 
 
 def apply_outbox_connector(settings: Settings, root: Path, timeout_s: float = 60.0) -> bool:

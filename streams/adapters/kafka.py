@@ -9,13 +9,15 @@ project's guarantees with it:
   partition), idempotence on, ``acks=all``;
 - consumers: auto-commit **off** and offset auto-store off (offsets are
   committed only after the database commit, see
-  :class:`streams.billing.commit.CommitPoint`), cooperative-sticky
+  :class:`streams.core.billing.commit.CommitPoint`), cooperative-sticky
   assignment, no static membership (``group.instance.id`` is refused: it would
-  let a replacement process reuse a generation, DESIGN "Ownership and fencing").
+  let a replacement process reuse a generation, docs/design.md "Ownership and fencing").
 """
 
 from __future__ import annotations
 
+import dataclasses
+import ssl
 import struct
 import sys
 import time
@@ -25,11 +27,13 @@ from typing import Any, Protocol, SupportsBytes
 from confluent_kafka import Consumer, KafkaException, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
+from streams.core.billing.rows import Record
+from streams.errors import InvoicingError
 from streams.settings import KafkaSettings
 from streams.topics import REGISTRY, TopicSpec
 
 
-class KafkaAdapterError(Exception):
+class KafkaAdapterError(InvoicingError):
     """Root of this adapter's errors."""
 
 
@@ -41,10 +45,63 @@ class GroupMetadataFormatError(KafkaAdapterError):
     """``consumer_group_metadata()`` returned bytes we do not understand."""
 
 
+def security_config(kafka: KafkaSettings) -> dict[str, Any]:
+    """librdkafka's security keys of ``kafka`` (docs/production.md "TLS and
+    authentication"): nothing under PLAINTEXT; ``security.protocol``, the CA
+    (``ssl.ca.location``), the mTLS certificate and key, and under SASL_SSL the
+    mechanism and login. Every client config below starts from these. The password is
+    in the returned dict: pass it to a client, never log it."""
+    if kafka.security_protocol == "PLAINTEXT":
+        return {}
+    config: dict[str, Any] = {"security.protocol": kafka.security_protocol}
+    if kafka.ssl_ca_file is not None:
+        config["ssl.ca.location"] = str(kafka.ssl_ca_file)
+    if kafka.ssl_cert_file is not None and kafka.ssl_key_file is not None:
+        config["ssl.certificate.location"] = str(kafka.ssl_cert_file)
+        config["ssl.key.location"] = str(kafka.ssl_key_file)
+    if kafka.security_protocol == "SASL_SSL":
+        config["sasl.mechanism"] = kafka.sasl_mechanism
+        config["sasl.username"] = kafka.sasl_username
+        config["sasl.password"] = (
+            kafka.sasl_password.get_secret_value() if kafka.sasl_password else None
+        )
+    return config
+
+
+def ssl_context(kafka: KafkaSettings) -> ssl.SSLContext:
+    """A client TLS context of ``kafka``: the CA (``ssl_ca_file``, else the system's),
+    host names checked, the mTLS certificate and key when set (for aiokafka)."""
+    context = ssl.create_default_context(
+        cafile=str(kafka.ssl_ca_file) if kafka.ssl_ca_file else None
+    )
+    if kafka.ssl_cert_file is not None and kafka.ssl_key_file is not None:
+        context.load_cert_chain(str(kafka.ssl_cert_file), str(kafka.ssl_key_file))
+    return context
+
+
+def faust_credentials(kafka: KafkaSettings) -> Any:
+    """faust's ``broker_credentials`` of ``kafka`` (the usage view, aiokafka underneath):
+    None under PLAINTEXT, ``SSLCredentials`` under SSL, ``SASLCredentials`` with the
+    mechanism and a TLS context under SASL_SSL."""
+    if kafka.security_protocol == "PLAINTEXT":
+        return None
+    import faust
+
+    if kafka.security_protocol == "SSL":
+        return faust.SSLCredentials(ssl_context(kafka))
+    return faust.SASLCredentials(
+        username=kafka.sasl_username,
+        password=kafka.sasl_password.get_secret_value() if kafka.sasl_password else None,
+        ssl_context=ssl_context(kafka),
+        mechanism=kafka.sasl_mechanism,
+    )
+
+
 def producer_config(kafka: KafkaSettings, **overrides: Any) -> dict[str, Any]:
     """librdkafka producer configuration with the project's guarantees."""
     config: dict[str, Any] = {
         "bootstrap.servers": kafka.bootstrap_servers,
+        **security_config(kafka),
         # The Java client's partitioner: murmur2 of the key bytes, positive, mod partitions.
         "partitioner": "murmur2_random",
         "enable.idempotence": True,
@@ -65,6 +122,7 @@ def consumer_config(kafka: KafkaSettings, group_id: str, **overrides: Any) -> di
     """
     config: dict[str, Any] = {
         "bootstrap.servers": kafka.bootstrap_servers,
+        **security_config(kafka),
         "group.id": group_id,
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
@@ -98,6 +156,7 @@ def reader_config(kafka: KafkaSettings, group_id: str, **overrides: Any) -> dict
     commits nothing (auto-commit off; nothing here calls ``commit``)."""
     config: dict[str, Any] = {
         "bootstrap.servers": kafka.bootstrap_servers,
+        **security_config(kafka),
         "group.id": group_id,
         "enable.auto.commit": False,
     }
@@ -118,12 +177,27 @@ def make_reader(kafka: KafkaSettings, group_id: str, **overrides: Any) -> Consum
 
 
 def admin_client(kafka: KafkaSettings) -> AdminClient:
-    return AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
+    return AdminClient({"bootstrap.servers": kafka.bootstrap_servers, **security_config(kafka)})
+
+
+def replicated(spec: TopicSpec, kafka: KafkaSettings) -> TopicSpec:
+    """``spec`` with the replication the settings give its topic
+    (:meth:`~streams.settings.KafkaSettings.replication`): the replication factor, and
+    ``min.insync.replicas`` in its configuration."""
+    replication = kafka.replication(spec.name)
+    return dataclasses.replace(
+        spec,
+        replication_factor=replication.replication_factor,
+        extra_config={
+            **spec.extra_config,
+            "min.insync.replicas": str(replication.min_insync_replicas),
+        },
+    )
 
 
 def topic_specs(kafka: KafkaSettings) -> tuple[TopicSpec, ...]:
-    """The registry's topics under ``kafka.topic_prefix``."""
-    return tuple(spec.with_prefix(kafka.topic_prefix) for spec in REGISTRY)
+    """The registry's topics under ``kafka.topic_prefix``, with their replication."""
+    return tuple(replicated(spec, kafka).with_prefix(kafka.topic_prefix) for spec in REGISTRY)
 
 
 def ensure_topics(
@@ -275,7 +349,7 @@ def parse_group_metadata(raw: bytes, *, byteorder: str = sys.byteorder) -> Group
 
 class HasGroupMetadata(Protocol):
     """A consumer-group member (``confluent_kafka.Consumer``, or any
-    :class:`~streams.billing.ports.KafkaSource`)."""
+    :class:`~streams.core.billing.ports.KafkaSource`)."""
 
     def consumer_group_metadata(self) -> SupportsBytes: ...
 
@@ -288,20 +362,6 @@ def group_metadata(consumer: HasGroupMetadata) -> GroupMetadata:
 
 
 # --------------------------------------------------------------------------- records
-
-
-@dataclass(frozen=True)
-class Record:
-    """A consumed record as plain typed values (the boundary between librdkafka's
-    ``Message`` and our code). Headers keep their order; ``None`` values become b""."""
-
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    headers: list[tuple[str, bytes]]
-    timestamp_ms: int | None = None
 
 
 def record_of(msg: Message) -> Record:

@@ -1,19 +1,17 @@
 """Redis leases for singleton jobs, with fencing numbers the database checks.
 
-DESIGN §1 and "Redis": a lock with an expiry is a **lease**. It can end while
-its holder still works (a GC pause, a slow call, CPU starvation), and the
-holder cannot tell from inside. So exclusivity here is an optimisation; the
-safety guarantee is the **fencing token** the database checks on every write
-of the job (Martin Kleppmann, "How to do distributed locking", 2016,
-https://martin.kleppmann.com/2016/02/08/how-to-do-distributed-locking.html:
-"every time the lock server grants a lock … it also returns a fencing token,
-which is a number that increases every time a client acquires the lock …
-the storage server remembers that it has already processed a write with a
-higher token number, and so it rejects" the stale one).
+docs/design.md "The incident" and "Redis leases": a lock with an expiry is a **lease**. It can end
+while its holder still works (a GC pause, a slow call, CPU starvation), and the holder cannot tell
+from inside. So exclusivity here is an optimisation; the safety guarantee is the **fencing token**
+the database checks on every write of the job (Martin Kleppmann, "How to do distributed locking",
+2016, https://martin.kleppmann.com/2016/02/08/how-to-do-distributed-locking.html: "every time the
+lock server grants a lock … it also returns a fencing token, which is a number that increases every
+time a client acquires the lock … the storage server remembers that it has already processed a write
+with a higher token number, and so it rejects" the stale one).
 
 Use::
 
-    from streams.billing.fencing import LeaseFence, lease_fence_floor
+    from streams.core.billing.fencing import LeaseFence, lease_fence_floor
 
     floor = lease_fence_floor(conn, "close-period:2024-09")    # see "Redis lost its data"
     with Lease.acquire(redis_conn, "close-period:2024-09", ttl_s=30, holder="host:pid",
@@ -69,11 +67,11 @@ Redis lost its data: ``INCR`` would start again at 1 and a new holder would get
 a number below the one the database already recorded, and be refused forever.
 So :meth:`Lease.acquire` takes ``floor``: before acquiring it raises the
 counter to at least ``floor`` (an optimistic ``WATCH``/``MULTI`` transaction,
-only upward). Pass :func:`streams.billing.fencing.lease_fence_floor`, the
+only upward). Pass :func:`streams.core.billing.fencing.lease_fence_floor`, the
 highest number the database recorded for the lease; the new number is then
 above it.
 
-Database side (:mod:`streams.billing.fencing`, with the other two fences):
+Database side (:mod:`streams.core.billing.fencing`, with the other two fences):
 ``check_lease_fence`` upserts ``lease_fences`` only upward inside the caller's
 transaction and raises :class:`LeaseFenced` when a higher number is recorded.
 The upsert locks the lease's row until the transaction ends, so a newer
@@ -108,12 +106,21 @@ import time
 import uuid
 from collections.abc import Callable
 from types import TracebackType
-from typing import ClassVar, Self
+from typing import Self
 
 import redis
 from prometheus_client import Counter
 from redis.exceptions import LockError, LockNotOwnedError, RedisError, WatchError
 from redis.lock import Lock
+
+from streams.core.billing.lease_errors import (
+    LeaseBusy,
+    LeaseError,
+    LeaseFenced,
+    LeaseLost,
+    LeaseStoreError,
+    LeaseUnavailable,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -149,82 +156,6 @@ LEASE_ACQUIRED = Counter(
     "Leases acquired.",
     ["lease"],
 )
-
-
-# --------------------------------------------------------------------------- exceptions
-
-
-class LeaseError(Exception):
-    """Root of the lease library's exceptions.
-
-    ``transient`` says whether the same call may succeed later unchanged.
-    """
-
-    transient: ClassVar[bool] = False
-
-    def __init__(self, message: str, *, lease: str) -> None:
-        super().__init__(message)
-        self.lease = lease
-
-
-class LeaseUnavailable(LeaseError):
-    """Redis could not be reached (or answered an error) while acquiring: nothing is held."""
-
-    transient: ClassVar[bool] = True
-
-
-class LeaseBusy(LeaseError):
-    """Another holder has the lease.
-
-    Attributes:
-        holder: the current holder's name as stored with its token (``None`` when
-            the key vanished between the attempt and the look-up, or is not ours).
-        ttl_ms: the lease's remaining time to live in milliseconds, if known.
-    """
-
-    transient: ClassVar[bool] = True
-
-    def __init__(self, message: str, *, lease: str, holder: str | None, ttl_ms: int | None) -> None:
-        super().__init__(message, lease=lease)
-        self.holder = holder
-        self.ttl_ms = ttl_ms
-
-
-class LeaseLost(LeaseError):
-    """The lease ended while its holder still ran; ``reason`` says how. Stop the job."""
-
-    def __init__(self, message: str, *, lease: str, reason: str) -> None:
-        super().__init__(message, lease=lease)
-        self.reason = reason
-
-
-class LeaseFenced(LeaseError):
-    """The database recorded a higher fencing number for the lease: a newer holder
-    exists, and this holder's writes are refused (the caller's transaction must roll back).
-
-    Attributes:
-        token: the number that was refused.
-        current_token: the highest number recorded.
-        current_holder: the holder that recorded it.
-    """
-
-    def __init__(
-        self, message: str, *, lease: str, token: int, current_token: int, current_holder: str
-    ) -> None:
-        super().__init__(message, lease=lease)
-        self.token = token
-        self.current_token = current_token
-        self.current_holder = current_holder
-
-
-class LeaseStoreError(LeaseError):
-    """A database error while reading or checking a fence; ``sqlstate`` keeps its code."""
-
-    transient: ClassVar[bool] = True
-
-    def __init__(self, message: str, *, lease: str, sqlstate: str | None) -> None:
-        super().__init__(message, lease=lease)
-        self.sqlstate = sqlstate
 
 
 # --------------------------------------------------------------------------- Redis side
@@ -351,7 +282,7 @@ class Lease:
             holder: who holds it, stored in the token and in ``lease_fences``.
             key_prefix: prefix of the Redis key (default ``"lease:"``).
             floor: the fencing number is made greater than this (pass
-                :func:`streams.billing.fencing.lease_fence_floor`; protects against a Redis that lost its data).
+                :func:`streams.core.billing.fencing.lease_fence_floor`; protects against a Redis that lost its data).
             renew: start the renewal thread (default). ``False`` is for tests
                 that simulate a paused holder.
             on_lost: called once, with the lease and a reason, when the lease is

@@ -18,16 +18,21 @@ module             commands
 ``worker``         ``worker invoicing|email``: the stream processors
 ``replay``         ``replay``: re-read a period, report or correct the differences
 ``ops``            ``status``, ``reconcile [--focus FILE]``, ``holds``, ``fences``, ``outbox``
+``invoices``       ``invoice void ID --reason TEXT``: void an issued invoice revision;
+                   ``credit-note create ID --line N --amount A --reason TEXT`` (or
+                   ``--lines FILE``): a partial credit note
 ``schemas``        ``schemas export|check|check-compat``: the topic contracts
 ``drill``          ``drill``: the double-invoicing incident, naive and safe
 ``demo``           ``demo [--scenario focus|pricing]``: the main job on the bundled FOCUS
                    sample, or the pricing scenario; ``generate-events``: its events
+``config``         ``config show [--json]``: the effective settings, secrets masked;
+                   ``config reference [--check]``: writes docs/configuration.md
 =================  ====================================================================
 
 A command parses its arguments, takes the settings from the root callback, builds
 what the logic needs through :mod:`streams.bootstrap` (the composition root: only
-entry points import it), calls the logic in its package (``streams.importers``,
-``streams.ops``, ``streams.replay``, ``streams.drill``, ...), prints, and maps the
+entry points import it), calls the logic in its package (``streams.apps.importers``,
+``streams.apps.ops``, ``streams.apps.replay``, ``streams.devtools.drill``, ...), prints, and maps the
 logic's exceptions to exit codes (:func:`streams.entrypoints.common.exit_on`).
 Heavy imports happen inside the commands, so ``invoicing --help`` stays fast.
 

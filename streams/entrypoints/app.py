@@ -13,11 +13,13 @@ import typer
 
 from streams.entrypoints import (
     close,
+    config,
     connectors,
     db,
     demo,
     drill,
     imports,
+    invoices,
     ops,
     plans,
     replay,
@@ -27,7 +29,10 @@ from streams.entrypoints import (
     usage,
     worker,
 )
+from streams.entrypoints.help import install, version_callback
 from streams.settings import Settings
+
+install()
 
 app = typer.Typer(
     help="Invoicing pipeline: usage events in, one invoice and one email out.",
@@ -37,7 +42,16 @@ app = typer.Typer(
 
 
 @app.callback()
-def load_settings(ctx: typer.Context) -> None:
+def load_settings(
+    ctx: typer.Context,
+    _version: bool = typer.Option(
+        False,
+        "--version",
+        callback=version_callback,
+        is_eager=True,
+        help="Print the version and exit.",
+    ),
+) -> None:
     """Load the settings once for the whole command (``ctx.obj``)."""
     ctx.obj = Settings()
 
@@ -50,6 +64,7 @@ app.command("generate-events")(demo.generate_events_command)
 app.command("close-period")(close.close_period_command)
 app.command("status")(ops.status_command)
 app.command("reconcile")(ops.reconcile_command)
+app.command("explain")(ops.explain_command)
 app.command("usage")(usage.usage_command)
 app.add_typer(stack.app, name="stack")
 app.add_typer(db.app, name="db")
@@ -62,7 +77,12 @@ app.add_typer(schemas.app, name="schemas")
 app.add_typer(ops.holds_app, name="holds")
 app.add_typer(ops.fences_app, name="fences")
 app.add_typer(ops.outbox_app, name="outbox")
-app.add_typer(usage.api_keys_app, name="api-keys")
+app.add_typer(invoices.app, name="invoice")
+app.add_typer(invoices.credit_app, name="credit-note")
+app.add_typer(usage.api_keys_app, name="keys")
+# the earlier name of the same commands
+app.add_typer(usage.api_keys_app, name="api-keys", hidden=True)
+app.add_typer(config.app, name="config")
 
 
 def main() -> None:

@@ -28,8 +28,8 @@ def close_period_command(
     emitted); 5: aborted part-way (lease lost or fenced; rerun to continue).
     """
     from streams import bootstrap
-    from streams.importers import ImporterError
-    from streams.importers.close_period import CloseAborted
+    from streams.apps.importers import ImporterError
+    from streams.apps.importers.close_period import CloseAborted
 
     with leased_job(
         job="close-period",

@@ -66,7 +66,7 @@ def leased_job(
     (``<job> failed``).
     """
     from streams.adapters.lease import LeaseBusy, LeaseError, LeaseUnavailable
-    from streams.domain.errors import InvalidPeriod
+    from streams.core.domain.errors import InvalidPeriod
 
     with exit_on(
         (InvalidPeriod, 2, None),
@@ -89,3 +89,13 @@ def configure_logging(level: str) -> None:
     logging.Formatter.converter = time.gmtime
     # One line per HTTP request to the tax service is noise at INFO.
     logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger().level))
+
+
+@contextmanager
+def refuse_below_profile() -> Iterator[None]:
+    """Exit 2 with its message when a process refuses to start because a topic has less
+    replication than the profile requires (``TopicsBelowRequirement``)."""
+    from streams.adapters.kafka_replication import TopicsBelowRequirement
+
+    with exit_on((TopicsBelowRequirement, 2, None)):
+        yield

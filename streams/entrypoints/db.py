@@ -12,8 +12,8 @@ app = typer.Typer(help="Database schema.", no_args_is_help=True)
 @app.command("migrate")
 def db_migrate(ctx: typer.Context) -> None:
     """Apply database migrations up to head as the owner, converge the grants on
-    streams/grants.py, and create Debezium's publication (all idempotent)."""
-    from streams.adapters import migrate, provision
+    streams/adapters/postgres/grants.py, and create Debezium's publication (all idempotent)."""
+    from streams.adapters.postgres import migrate, provision
 
     settings = settings_of(ctx)
     migrate.upgrade(settings.postgres)
@@ -28,7 +28,7 @@ def db_provision(ctx: typer.Context) -> None:
     once per cluster. `invoicing stack up` does it over the local stack's socket."""
     import psycopg
 
-    from streams.adapters import provision
+    from streams.adapters.postgres import provision
 
     settings = settings_of(ctx)
     with psycopg.connect("", dbname="postgres", autocommit=True) as conn:
@@ -42,9 +42,9 @@ def db_roles(
         False, "--markdown", help="Print the markdown table of docs/roles.md."
     ),
 ) -> None:
-    """The role-by-table privilege matrix (streams/grants.py): S select, I insert,
+    """The role-by-table privilege matrix (streams/adapters/postgres/grants.py): S select, I insert,
     U update, D delete; column lists in parentheses."""
-    from streams import grants
+    from streams.adapters.postgres import grants
 
     if markdown:
         print(grants.markdown_matrix(), end="")

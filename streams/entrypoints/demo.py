@@ -1,5 +1,5 @@
-"""``invoicing demo``: the main job on the bundled FOCUS sample (:mod:`streams.demo`), or the
-pricing scenario (``--scenario pricing``, :mod:`streams.demo.pricing`); ``invoicing
+"""``invoicing demo``: the main job on the bundled FOCUS sample (:mod:`streams.devtools.demo`), or the
+pricing scenario (``--scenario pricing``, :mod:`streams.devtools.demo.pricing`); ``invoicing
 generate-events``: the pricing scenario's events to a file."""
 
 from __future__ import annotations
@@ -14,10 +14,11 @@ from rich.table import Table
 from streams.entrypoints.common import configure_logging, console, exit_on, out, settings_of
 
 if TYPE_CHECKING:
-    from streams.demo.pricing.run import PricingReport
-    from streams.demo.run import DemoReport
+    from streams.devtools.demo.lifecycle import LifecycleReport
+    from streams.devtools.demo.pricing.run import PricingReport
+    from streams.devtools.demo.run import DemoReport
 
-SCENARIOS = ("focus", "pricing")
+SCENARIOS = ("focus", "pricing", "lifecycle", "drafts")
 
 
 def demo_command(
@@ -27,7 +28,9 @@ def demo_command(
         typer.Option(
             "--scenario",
             help="focus: the bundled FOCUS 1.0 sample (pre-priced usage); pricing: the API "
-            "platform's month (price book, subscriptions, metered usage).",
+            "platform's month (price book, subscriptions, metered usage); lifecycle: an "
+            "invoice's life after the close (a partial credit note, a void, their emails); "
+            "drafts: two drafts finalised, one by command, one by its grace period's end.",
         ),
     ] = "focus",
     path: Annotated[
@@ -53,6 +56,8 @@ def demo_command(
     each (account, month) with round(Σ BilledCost). pricing: stack up, publish
     examples/pricing/price-book.yaml, produce the generated month of N customers, close it,
     invoice and email it, reconcile every invoice and line with the independent answer.
+    lifecycle: two new customers invoiced, then a partial credit note on one and a void
+    of the other, each emailed exactly once.
 
     Exit 1 on a mismatch, a missing or held invoice, or a missing or duplicate email.
     """
@@ -63,10 +68,33 @@ def demo_command(
         raise typer.Exit(2)
     configure_logging("WARNING")
     settings = settings_of(ctx)
+    if scenario == "drafts":
+        from streams.devtools.demo.drafts import run_drafts_demo
+
+        drafts = run_drafts_demo(
+            settings,
+            clients=bootstrap.drafts_demo_clients(),
+            timeout_s=min(timeout_s, 180.0),
+            console=console,
+        )
+        table = Table(title="invoicing demo: drafts and finalisation")
+        table.add_column("")
+        for name in drafts.rows:
+            table.add_column(name)
+        keys = list(dict.fromkeys(key for row in drafts.rows.values() for key in row))
+        for key in keys:
+            table.add_row(key, *(str(row.get(key, "-")) for row in drafts.rows.values()))
+        out.print(table)
+        for problem in drafts.problems:
+            console.print(f"[red]problem[/]: {problem}")
+        out.print(f"drafts demo: {'ok' if drafts.ok else 'FAILED'} in {drafts.seconds:.1f} s")
+        if not drafts.ok:
+            raise typer.Exit(1)
+        return
     if scenario == "pricing":
-        from streams.demo.pricing.generator import ScenarioConfig
-        from streams.demo.pricing.run import PricingDemoError, run_pricing_demo
-        from streams.importers import ImporterError
+        from streams.apps.importers import ImporterError
+        from streams.devtools.demo.pricing.generator import ScenarioConfig
+        from streams.devtools.demo.pricing.run import PricingDemoError, run_pricing_demo
 
         try:
             config = ScenarioConfig(customers=customers, seed=seed, period=period)
@@ -87,8 +115,23 @@ def demo_command(
             raise typer.Exit(1)
         return
 
-    from streams.demo.expected import DEFAULT_SAMPLE
-    from streams.demo.run import run_demo
+    if scenario == "lifecycle":
+        from streams.devtools.demo.lifecycle import LifecycleDemoError, run_lifecycle_demo
+
+        with exit_on((LifecycleDemoError, 1, "lifecycle demo failed")):
+            lifecycle = run_lifecycle_demo(
+                settings,
+                clients=bootstrap.lifecycle_demo_clients(),
+                timeout_s=timeout_s,
+                console=console,
+            )
+        print_lifecycle_report(lifecycle, out)
+        if not lifecycle.ok:
+            raise typer.Exit(1)
+        return
+
+    from streams.apps.ops.focus_expected import DEFAULT_SAMPLE
+    from streams.devtools.demo.run import run_demo
 
     report = run_demo(
         settings,
@@ -114,7 +157,7 @@ def generate_events_command(
 ) -> None:
     """Write the pricing scenario's events (CloudEvents JSON lines) without running anything:
     `invoicing import events FILE` produces them. Same options, same bytes."""
-    from streams.demo.pricing.generator import ScenarioConfig, generate
+    from streams.devtools.demo.pricing.generator import ScenarioConfig, generate
 
     try:
         config = ScenarioConfig(customers, seed, period, duplicates_per_mille)
@@ -176,6 +219,21 @@ def print_report(report: DemoReport, console: Console) -> None:
         console.print(f"[red]not emailed:[/] {report.emails_not_sent[:20]}")
     for line_no, reason in report.unreadable_rows[:20]:
         console.print(f"[yellow]file line {line_no}[/]: {reason}")
+
+
+def print_lifecycle_report(report: LifecycleReport, console: Console) -> None:
+    """One row per document of the lifecycle demo (its number, status and emails), the
+    timings, then what was off, if anything."""
+    table = Table(title=f"invoicing demo: an invoice's life (run {report.run})")
+    for col in ("document", "number", "status", "emails"):
+        table.add_column(col)
+    for what, number, status, emails in report.documents:
+        table.add_row(what, number, status, str(emails))
+    for name, seconds in report.timings.items():
+        table.add_row(f"time: {name}", "", "", f"{seconds:.1f} s")
+    console.print(table)
+    for problem in report.problems:
+        console.print(f"[red]{problem}[/]")
 
 
 def print_pricing_report(report: PricingReport, console: Console) -> None:

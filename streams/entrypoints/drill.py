@@ -1,11 +1,12 @@
-"""``invoicing drill --mode naive|safe``: the incident of DESIGN §1, at compressed time.
+"""``invoicing drill --mode naive|safe``: the incident of docs/design.md "The incident" at
+compressed time.
 
-The runs are :mod:`streams.drill` (:func:`streams.drill.run.run_drill`). Heavy
+The runs are :mod:`streams.devtools.drill` (:func:`streams.devtools.drill.run.run_drill`). Heavy
 imports happen inside the command, so ``invoicing --help`` stays fast.
 
 Exit status: 0 when the mode's expectation holds (naive: duplicates, the
 reproduction; safe: none), 1 when it does not, 2 when the run could not
-complete (:class:`streams.drill.DrillError`: a timeout, a dead worker).
+complete (:class:`streams.devtools.drill.DrillError`: a timeout, a dead worker).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from streams.drill.run import DrillMode
+from streams.devtools.drill.run import DrillMode
 from streams.entrypoints.common import configure_logging, exit_on, settings_of
 
 
@@ -78,11 +79,11 @@ def drill_command(
 ) -> None:
     """Reproduce the double-invoicing incident (naive) or show the pipeline prevents it (safe)."""
     from streams import bootstrap
-    from streams.drill import DrillError
-    from streams.drill.config import DrillConfig
-    from streams.drill.run import run_drill
-    from streams.sandbox.smtp import SmtpSinkError
-    from streams.stack.fake_tax import FakeTaxConfig
+    from streams.devtools.drill import DrillError
+    from streams.devtools.drill.config import DrillConfig
+    from streams.devtools.drill.run import run_drill
+    from streams.devtools.sandbox.smtp import SmtpSinkError
+    from streams.devtools.stack.fake_tax import FakeTaxConfig
 
     console = Console(stderr=True)
     out = Console(width=max(Console().width, 110))

@@ -12,8 +12,8 @@ from rich.console import Console
 from streams.entrypoints.common import console, exit_on, out, settings_of
 
 if TYPE_CHECKING:
-    from streams.importers.events_import import EventsImportSummary
-    from streams.importers.focus_import import ImportSummary
+    from streams.apps.importers.events_import import EventsImportSummary
+    from streams.apps.importers.focus_import import ImportSummary
 
 app = typer.Typer(
     help="Import usage and account events into billing.account-events.v1.", no_args_is_help=True
@@ -35,7 +35,7 @@ def import_focus_command(
     3: --strict and rows were skipped.
     """
     from streams import bootstrap
-    from streams.importers import ImporterError, SourceUnreadable
+    from streams.apps.importers import ImporterError, SourceUnreadable
 
     with exit_on((SourceUnreadable, 2, "cannot import"), (ImporterError, 1, "import failed")):
         summary = bootstrap.run_import_focus(path, settings_of(ctx), progress=progress)
@@ -64,7 +64,7 @@ def import_events_command(
     and lines were skipped.
     """
     from streams import bootstrap
-    from streams.importers import ImporterError, SourceUnreadable
+    from streams.apps.importers import ImporterError, SourceUnreadable
 
     with exit_on((SourceUnreadable, 2, "cannot import"), (ImporterError, 1, "import failed")):
         summary = bootstrap.run_import_events(path, settings_of(ctx), progress=progress)

@@ -1,4 +1,4 @@
-"""Operator commands of ``invoicing``: status, holds, fences, outbox, reconcile (:mod:`streams.ops`)."""
+"""Operator commands of ``invoicing``: status, holds, fences, outbox, reconcile (:mod:`streams.apps.ops`)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from streams.adapters.postgres.grants import OUTBOX_PRUNE_FLOOR_DAYS
 from streams.entrypoints.common import console, exit_on, settings_of
-from streams.grants import OUTBOX_PRUNE_FLOOR_DAYS
 from streams.settings import Settings
 from streams.topics import ACCOUNT_EVENTS, INVOICES
 
@@ -49,7 +49,7 @@ def status_command(
     Exit 1 when something needs an operator (open holds, late usage, dead letters, a service down).
     """
     from streams import bootstrap
-    from streams.ops.status import collect
+    from streams.apps.ops.status import collect
 
     settings = settings_of(ctx)
     view = collect(settings, bootstrap.status_sources(settings))
@@ -58,6 +58,8 @@ def status_command(
     else:
         out.print(_table("billing periods", view.periods))
         out.print(_table("open holds (invoicing blocked)", view.holds))
+        if view.drafts:
+            out.print(_table("drafts (in their grace period: no number, no email)", view.drafts))
         out.print(
             _table("late usage (not in the issued invoice; next replay --apply)", view.late_usage)
         )
@@ -95,7 +97,7 @@ def holds_list(
 ) -> None:
     """Holds with their reason and the source coordinates of the dead-lettered record."""
     from streams import bootstrap
-    from streams.ops.holds import list_holds
+    from streams.apps.ops.holds import list_holds
 
     with bootstrap.connection(settings_of(ctx), role="operator") as conn:
         rows = list_holds(conn, include_released=all_)
@@ -112,7 +114,7 @@ def holds_release(
 ) -> None:
     """Release a hold after the bad input was fixed, and re-close the periods it held."""
     from streams import bootstrap
-    from streams.ops.holds import HoldError, release_hold
+    from streams.apps.ops.holds import HoldError, release_hold
 
     settings = settings_of(ctx)
     producer = bootstrap.producer(settings)
@@ -138,7 +140,7 @@ def holds_release(
 def fences_list(ctx: typer.Context) -> None:
     """Every fence row: group, topic, partition, generation, member, updated."""
     from streams import bootstrap
-    from streams.ops.fences import list_fences
+    from streams.apps.ops.fences import list_fences
 
     with bootstrap.connection(settings_of(ctx), role="operator") as conn:
         rows = list_fences(conn)
@@ -157,7 +159,7 @@ def fences_reset(
     (its generation restarted from the bottom and every claim is refused). Stop every
     member first; the next members claim afresh."""
     from streams import bootstrap
-    from streams.billing.fencing import reset_group
+    from streams.core.billing.fencing import reset_group
 
     if not yes:
         console.print("refusing without --yes: stop every member of the group first")
@@ -182,9 +184,9 @@ def outbox_prune(
     """Delete outbox rows older than the retention (Debezium's EventRouter ignores deletes).
 
     Runs as the admin role, which has no DELETE on the outbox: it calls the owner's
-    ``prune_outbox()`` (migration 0006), which refuses a retention under the floor."""
+    function prune_outbox() (migration 0006), which refuses a retention under the floor."""
     from streams import bootstrap
-    from streams.ops.reconcile import prune_outbox
+    from streams.apps.ops.reconcile import prune_outbox
 
     with bootstrap.connection(settings_of(ctx), role="admin") as conn:
         deleted = prune_outbox(conn, timedelta(days=older_than_days))
@@ -196,7 +198,14 @@ def reconcile_command(
     republish: Annotated[
         bool, typer.Option("--republish", help="Write a new outbox row per missing document.")
     ] = False,
-    email_grace_minutes: Annotated[int, typer.Option("--email-grace-minutes", min=0)] = 10,
+    email_grace_minutes: Annotated[
+        int,
+        typer.Option(
+            "--email-grace-minutes",
+            min=0,
+            help="Report an invoice as not emailed only once it is this many minutes old.",
+        ),
+    ] = 10,
     focus: Annotated[
         Path | None,
         typer.Option(
@@ -224,7 +233,7 @@ def reconcile_command(
             raise typer.Exit(2)
         _reconcile_focus(settings, focus, as_json=as_json)
         return
-    from streams.ops.reconcile import reconcile
+    from streams.apps.ops.reconcile import reconcile
 
     # The report only reads (operator); republishing writes outbox rows (admin).
     with bootstrap.connection(settings, role="admin" if republish else "operator") as conn:
@@ -261,10 +270,10 @@ def reconcile_command(
 
 
 def _reconcile_focus(settings: Settings, path: Path, *, as_json: bool) -> None:
-    """``reconcile --focus FILE`` (:mod:`streams.ops.focus_reconcile`)."""
+    """``reconcile --focus FILE`` (:mod:`streams.apps.ops.focus_reconcile`)."""
     from streams import bootstrap
-    from streams.demo.expected import expected_from_file
-    from streams.ops.focus_reconcile import reconcile_focus
+    from streams.apps.ops.focus_expected import expected_from_file
+    from streams.apps.ops.focus_reconcile import reconcile_focus
 
     try:
         expected = expected_from_file(path)
@@ -308,3 +317,55 @@ def _reconcile_focus(settings: Settings, path: Path, *, as_json: bool) -> None:
             console.print(f"[yellow]file line {line_no}[/]: {reason}")
     if not report.ok:
         raise typer.Exit(1)
+
+
+def explain_command(
+    ctx: typer.Context,
+    document: Annotated[str, typer.Argument(help="Invoice revision or credit note: id or number.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
+) -> None:
+    """Where a document came from: per line the event and its topic/partition/offset, the
+    fence token and member that wrote it, the close request's lease token, the tax
+    document, the outbox rows, the emails (Message-ID, status), what supersedes it, and its
+    void (reason, who, when).
+
+    Exit 1 when no document has that id or number.
+    """
+    import psycopg
+
+    from streams import bootstrap
+    from streams.apps.ops.explain import NotFound, explain
+
+    settings = settings_of(ctx)
+    with (
+        exit_on((NotFound, 1, None), (psycopg.OperationalError, 2, "database unavailable")),
+        bootstrap.connection(settings, role="operator", connect_timeout_s=5) as conn,
+    ):
+        lineage = explain(conn, document)
+    if as_json:
+        out.print_json(json.dumps(lineage.as_json()))
+        return
+    data = lineage.as_json()
+    out.print(_table(f"{lineage.kind.replace('_', ' ')}", [data["document"]]))
+    if data["written_by"]:
+        written = dict(data["written_by"])
+        marker = written.pop("close_marker")
+        offsets = written.pop("usage_offsets")
+        written["close_marker"] = f"{marker['topic']}[{marker['partition']}]@{marker['offset']}"
+        written["usage_offsets"] = f"{offsets['first']}..{offsets['last']}"
+        out.print(_table("written by", [written]))
+    if lineage.kind == "invoice":
+        out.print(_table("close request", [data["close_request"]] if data["close_request"] else []))
+        out.print(_table("tax document", [data["tax_document"]]))
+        out.print(_table("lines (event and source coordinates)", data["lines"]))
+        if data["charges"]:
+            out.print(_table("rated charges", data["charges"]))
+    out.print(_table("outbox rows", data["outbox"]))
+    out.print(_table("emails", data["emails"]))
+    out.print(_table("supersedes", data["supersedes"]))
+    if lineage.kind == "invoice":
+        out.print(_table("superseded by", data["superseded_by"]))
+        if data["void"]:
+            out.print(_table("voided", [data["void"]]))
+    for note in lineage.notes:
+        out.print(f"note: {note}")

@@ -1,4 +1,4 @@
-"""``invoicing plans validate|publish|list``: the price book (:mod:`streams.importers.price_book`).
+"""``invoicing plans validate|publish|list``: the price book (:mod:`streams.apps.importers.price_book`).
 
 Exit codes: ``validate`` 0 valid, 1 invalid (every error printed with its path and
 line), 2 unreadable file. ``publish`` 0 published (new and unchanged entries
@@ -28,7 +28,7 @@ app = typer.Typer(
 
 
 def _print_book_errors(exc: Exception) -> None:
-    from streams.domain.rating import PriceBookError
+    from streams.core.domain.rating import PriceBookError
 
     if isinstance(exc, PriceBookError):
         console.print(f"[red]{exc.source}: {len(exc.issues)} error(s)[/]")
@@ -43,9 +43,9 @@ def validate_command(
     path: Annotated[Path, typer.Argument(help="Price book YAML file.")],
 ) -> None:
     """Check a price book file: every error with its path (and line) in the file."""
-    from streams.domain.rating import PriceBookError
-    from streams.importers import SourceUnreadable
-    from streams.importers.price_book import validate_file
+    from streams.apps.importers import SourceUnreadable
+    from streams.apps.importers.price_book import validate_file
+    from streams.core.domain.rating import PriceBookError
 
     try:
         book = validate_file(path)
@@ -74,9 +74,9 @@ def publish_command(
     import psycopg
 
     from streams import bootstrap
-    from streams.domain.rating import PriceBookError
-    from streams.importers import SourceUnreadable
-    from streams.importers.price_book import DeliveryIncomplete, PublicationRefused
+    from streams.apps.importers import SourceUnreadable
+    from streams.apps.importers.price_book import DeliveryIncomplete, PublicationRefused
+    from streams.core.domain.rating import PriceBookError
 
     settings = settings_of(ctx)
     try:
@@ -113,8 +113,8 @@ def list_command(
 ) -> None:
     """The published entries (PostgreSQL): metrics and plan versions."""
     from streams import bootstrap
-    from streams.billing import store
-    from streams.domain.events import PlanVersionPublished
+    from streams.core.billing import store
+    from streams.core.domain.events import PlanVersionPublished
 
     with bootstrap.connection(settings_of(ctx), role="operator") as conn:
         entries = store.pricing.published_entries(conn)

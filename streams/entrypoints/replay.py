@@ -1,4 +1,4 @@
-"""``invoicing replay YYYY-MM --dry-run | --apply``: the command; the replay is :mod:`streams.replay`.
+"""``invoicing replay YYYY-MM --dry-run | --apply``: the command; the replay is :mod:`streams.apps.replay`.
 
 Loading the CLI does not import Kafka, PostgreSQL and the replay; the command
 imports them when it runs.
@@ -33,7 +33,11 @@ from rich.table import Table
 from streams.entrypoints.common import console, leased_job, out, settings_of
 
 if TYPE_CHECKING:
-    from streams.replay.report import ReplayReport
+    from streams.apps.replay.report import ReplayReport
+
+
+#: The help panel of the two modes, of which a run takes exactly one.
+MODE_PANEL = "Mode (exactly one is required)"
 
 
 def default_report_path(period: str, run_id: str) -> Path:
@@ -45,12 +49,18 @@ def replay_command(
     ctx: typer.Context,
     period: Annotated[str, typer.Argument(help="Billing period, YYYY-MM.")],
     dry_run: bool = typer.Option(
-        False, "--dry-run", help="Report the differences; write nothing to the invoice tables."
+        False,
+        "--dry-run",
+        help="Report the differences; write nothing to the invoice tables. "
+        "Exactly one of --dry-run and --apply is required.",
+        rich_help_panel=MODE_PANEL,
     ),
     apply: bool = typer.Option(
         False,
         "--apply",
-        help="Correct every difference: credit note + new revision (resumes an unfinished apply).",
+        help="Correct every difference: credit note + new revision (resumes an unfinished "
+        "apply). Exactly one of --dry-run and --apply is required.",
+        rich_help_panel=MODE_PANEL,
     ),
     margin_days: float = typer.Option(
         7.0,
@@ -77,7 +87,8 @@ def replay_command(
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bars."),
     json_out: bool = typer.Option(False, "--json", help="Also print the report as JSON on stdout."),
 ) -> None:
-    """Re-read PERIOD from Kafka, rebuild its usage and recompute its invoices.
+    """Re-read PERIOD from Kafka, rebuild its usage and recompute its invoices; give
+    exactly one of --dry-run and --apply (neither or both: exit 2).
 
     --dry-run prints the differences from what was issued (and writes the JSON
     report); --apply turns each into a credit note and a new revision, one
@@ -85,9 +96,9 @@ def replay_command(
     prices the period under an unpublished candidate book (shadow re-rating).
     See docs/replay.md.
     """
+    from streams.apps.replay import CandidateBook, Mode
+    from streams.apps.replay.errors import ReplayAborted, ReplayError
     from streams.bootstrap import replay_period
-    from streams.replay import CandidateBook, Mode
-    from streams.replay.errors import ReplayAborted, ReplayError
 
     if dry_run == apply:
         console.print("[red]give exactly one of --dry-run and --apply[/]")
@@ -100,9 +111,9 @@ def replay_command(
                 "published price book; publish it first (invoicing plans publish FILE)"
             )
             raise typer.Exit(2)
-        from streams.domain.rating import PriceBookError
-        from streams.importers import SourceUnreadable
-        from streams.importers.price_book import read_price_book
+        from streams.apps.importers import SourceUnreadable
+        from streams.apps.importers.price_book import read_price_book
+        from streams.core.domain.rating import PriceBookError
 
         try:
             candidate = CandidateBook(read_price_book(price_book), f"candidate {price_book}")

@@ -33,7 +33,7 @@ FolderOption = Annotated[
 @app.command("export")
 def export(folder: FolderOption = Path("schemas")) -> None:
     """Write the JSON Schema files and asyncapi.yaml rendered from the models."""
-    from streams.schemas.render import write_schemas
+    from streams.devtools.schemas.render import write_schemas
 
     written = write_schemas(folder)
     for relative in written:
@@ -45,7 +45,7 @@ def export(folder: FolderOption = Path("schemas")) -> None:
 @app.command("check")
 def check(folder: FolderOption = Path("schemas")) -> None:
     """Exit 1 when the committed files differ from what the models render."""
-    from streams.schemas.render import stale_schemas
+    from streams.devtools.schemas.render import stale_schemas
 
     stale = stale_schemas(folder)
     for relative in stale:
@@ -89,9 +89,9 @@ def check_compat_command(
 
     Adding optional fields, event types and topics is accepted; anything else needs
     a new topic version (<name>.v2), or a documented exception in
-    schemas/compat-exceptions.yaml. See streams/schemas/compat.py for the rules.
+    schemas/compat-exceptions.yaml. The rules: streams/devtools/schemas/compat/.
     """
-    from streams.schemas.compat import BaseUnavailable, CompatError, check_compat
+    from streams.devtools.schemas.compat import BaseUnavailable, CompatError, check_compat
 
     with exit_on(
         (BaseUnavailable, 2, "cannot read the base"), (CompatError, 2, "cannot compare"), to=console
@@ -102,7 +102,7 @@ def check_compat_command(
     if propose_exceptions:
         import yaml
 
-        from streams.schemas.compat import propose_exceptions as propose
+        from streams.devtools.schemas.compat import propose_exceptions as propose
 
         print(yaml.safe_dump({"accept": propose(report.problems)}, sort_keys=True))
         return

@@ -11,7 +11,7 @@ from rich.table import Table
 from streams.entrypoints.common import console, exit_on, out, settings_of
 
 if TYPE_CHECKING:
-    from streams.stack.manager import Stack
+    from streams.devtools.stack.manager import Stack
 
 app = typer.Typer(
     help="The local stack (Kafka, Connect+Debezium, PostgreSQL, Redis, SMTP sink, tax).",
@@ -26,17 +26,38 @@ def _report(message: str) -> None:
 @app.command("up")
 def stack_up(
     ctx: typer.Context,
-    no_provision: bool = typer.Option(
-        False, help="Start services only; skip roles, migrations, topics, connector."
+    provision: bool = typer.Option(
+        True,
+        "--provision/--no-provision",
+        help="Provision after the start: roles, migrations, topics, connector "
+        "(--no-provision: start the services only).",
+    ),
+    profile: str = typer.Option(
+        "plain",
+        "--profile",
+        help="plain (default) or tls: TLS listeners only (Kafka SASL_SSL/SCRAM-SHA-512, "
+        "PostgreSQL verify-full, Redis tls-port and an ACL user, SMTP STARTTLS and AUTH), "
+        "certificates made per run; clients `source .local/conf/tls/tls.env`. "
+        "Switching profiles needs `stack down --wipe`.",
     ),
 ) -> None:
     """Install what is missing, start every service, wait until healthy, provision. Idempotent."""
-    from streams.stack.errors import StackError
-    from streams.stack.manager import Stack
+    from streams.devtools.stack.errors import StackError
+    from streams.devtools.stack.manager import Stack
 
-    stack = Stack(settings_of(ctx), report=_report)
+    if profile not in ("plain", "tls"):
+        console.print(f"[red]unknown profile {profile!r}[/]: plain or tls")
+        raise typer.Exit(2)
+    settings = settings_of(ctx)
+    if profile == "tls":
+        from streams.devtools.stack.tls import tls_settings
+
+        running = Stack(settings).supervisor.running()
+        settings, env_file = tls_settings(settings, fresh=not running)
+        _report(f"TLS profile: clients `source {env_file}`")
+    stack = Stack(settings, report=_report)
     with exit_on((StackError, 1, "stack up failed")):
-        result = stack.up(provision=not no_provision)
+        result = stack.up(provision=provision)
     if result.started:
         console.print(f"[green]started[/]: {', '.join(result.started)}")
     else:
@@ -52,7 +73,7 @@ def stack_down(
     ),
 ) -> None:
     """Stop the processes the stack started; keep data unless --wipe."""
-    from streams.stack.manager import Stack
+    from streams.devtools.stack.manager import Stack
 
     stack = Stack(settings_of(ctx), report=_report)
     stopped = stack.down(wipe=wipe)
@@ -62,7 +83,7 @@ def stack_down(
 @app.command("status")
 def stack_status(ctx: typer.Context) -> None:
     """Each service with port, pid, state and health. Exit 1 if any is unhealthy."""
-    from streams.stack.manager import Stack
+    from streams.devtools.stack.manager import Stack
 
     if not print_status(Stack(settings_of(ctx))):
         raise typer.Exit(1)
@@ -100,8 +121,8 @@ def stack_logs(
     """Print the last lines of a service's log."""
     from collections import deque
 
-    from streams.stack.errors import StackError
-    from streams.stack.manager import Stack
+    from streams.devtools.stack.errors import StackError
+    from streams.devtools.stack.manager import Stack
 
     with exit_on((StackError, 2, None)):
         path = Stack(settings_of(ctx)).log_path(service)
@@ -115,7 +136,7 @@ def stack_logs(
 @app.command("fetch")
 def stack_fetch(ctx: typer.Context) -> None:
     """Fetch the Java artifacts (Kafka, Connect, Debezium) from Maven Central if not yet done."""
-    from streams.stack.manager import Stack
+    from streams.devtools.stack.manager import Stack
 
     ran = Stack(settings_of(ctx), report=lambda m: console.print(m)).fetch()
     console.print("fetched" if ran else "already fetched: nothing to do")

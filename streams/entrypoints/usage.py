@@ -1,7 +1,7 @@
 """``invoicing usage``, ``invoicing api-keys …`` and the ``worker usage-view`` / ``worker ingest``
-processes (issue 13): arguments, printing, exit codes.
+processes (docs/usage-api.md): arguments, printing, exit codes.
 
-The logic lives in :mod:`streams.usage_view` and :mod:`streams.ingest`; the clients
+The logic lives in :mod:`streams.apps.usage_view` and :mod:`streams.apps.ingest`; the clients
 are built by :mod:`streams.bootstrap`.
 """
 
@@ -15,7 +15,13 @@ import httpx
 import typer
 from rich.table import Table
 
-from streams.entrypoints.common import configure_logging, console, out, settings_of
+from streams.entrypoints.common import (
+    configure_logging,
+    console,
+    out,
+    refuse_below_profile,
+    settings_of,
+)
 
 api_keys_app = typer.Typer(
     help="API keys of the HTTP ingest edge (stored hashed, SHA-256).", no_args_is_help=True
@@ -42,12 +48,13 @@ def usage_view_worker(
     """Usage to date and the upcoming invoice per customer: a faust-streaming app (group
     settings.view.group) serving GET /v1/customers/{id}/usage and /metrics on --port."""
     from streams.bootstrap import run_usage_view
-    from streams.domain.rating import PriceBookError
+    from streams.core.domain.rating import PriceBookError
 
     configure_logging(log_level)
     settings = settings_of(ctx)
     try:
-        run_usage_view(settings, port=port, price_book=price_book, loglevel=log_level)
+        with refuse_below_profile():
+            run_usage_view(settings, port=port, price_book=price_book, loglevel=log_level)
     except PriceBookError as exc:
         console.print(f"[red]price book refused[/]: {exc}")
         raise typer.Exit(2) from exc
@@ -61,7 +68,8 @@ def ingest_worker(
     from streams.bootstrap import run_ingest_edge
 
     configure_logging(log_level)
-    run_ingest_edge(settings_of(ctx), port=port)
+    with refuse_below_profile():
+        run_ingest_edge(settings_of(ctx), port=port)
 
 
 def usage_command(
@@ -77,8 +85,8 @@ def usage_command(
 ) -> None:
     """Usage to date and the upcoming invoice of CUSTOMER, from the usage view's API.
     Exit 1 when the customer is unknown, 2 for a bad period or an unreachable view."""
+    from streams.apps.usage_view.app import usage_path
     from streams.bootstrap import usage_client
-    from streams.usage_view.app import usage_path
 
     settings = settings_of(ctx)
     try:
@@ -152,25 +160,77 @@ def _print_usage(body: dict[str, Any]) -> None:
         out.print(f"[yellow]hold {hold['code']}[/]: {hold['message']}")
 
 
+def _csv(value: str | None) -> tuple[str, ...] | None:
+    return None if value is None else tuple(v.strip() for v in value.split(",") if v.strip())
+
+
+_SCOPE_OPTION = typer.Option(
+    None,
+    "--scope",
+    help="What the key may do, repeatable: ingest (POST /v1/events, the default), "
+    "usage:read (the usage view's API; --customers/--customer-prefix limit what it reads).",
+)
+
+
 @api_keys_app.command("create")
 def api_keys_create(
     ctx: typer.Context,
     name: str = typer.Argument(..., help="Who the key is for (shown in list)."),
+    types: str | None = typer.Option(
+        None, "--types", help="Event types it may send, comma-separated (default: all)."
+    ),
+    customers: str | None = typer.Option(
+        None, "--customers", help="Customer ids it may send for, comma-separated (default: all)."
+    ),
+    customer_prefix: str | None = typer.Option(
+        None, "--customer-prefix", help="Or: the customer id prefix it may send for (e.g. eu-)."
+    ),
+    sources: str | None = typer.Option(
+        None, "--sources", help="CloudEvents sources it may send, comma-separated (default: all)."
+    ),
+    rate_limit: str | None = typer.Option(
+        None, "--rate-limit", help="Requests per window, e.g. 100/second (default: settings)."
+    ),
+    scope: list[str] | None = _SCOPE_OPTION,
 ) -> None:
-    """Create a key: prints it once (only its SHA-256 is stored)."""
+    """Create a key with scopes (what it may do) and restrictions: prints it once (only its
+    SHA-256 is stored). Exit 2 for an unknown scope or a restriction that cannot be stored."""
+    from streams.apps.ingest.edge import ACCEPTED_TYPES
+    from streams.apps.ingest.keys import SCOPE_INGEST, InvalidScope
     from streams.bootstrap import api_key_store
 
+    scopes = tuple(scope or [SCOPE_INGEST])
+    event_types = _csv(types)
+    unknown = [t for t in event_types or () if t not in ACCEPTED_TYPES]
+    if unknown:
+        console.print(f"[red]not an event type the edge takes: {', '.join(unknown)}[/]")
+        raise typer.Exit(2)
     store = api_key_store(settings_of(ctx))
-    key_id, secret = store.create(name)
-    console.print(f"created key {key_id} for {name!r} in {store.path}; it is shown only now:")
+    try:
+        key_id, secret = store.create(
+            name,
+            scopes=scopes,
+            event_types=event_types,
+            customers=_csv(customers),
+            customer_prefix=customer_prefix,
+            sources=_csv(sources),
+            rate_limit=rate_limit,
+        )
+    except InvalidScope as exc:
+        console.print(f"[red]{exc}[/]")
+        raise typer.Exit(2) from exc
+    console.print(
+        f"created key {key_id} for {name!r} ({', '.join(scopes)}) in {store.path};"
+        " it is shown only now:"
+    )
     out.print(secret, markup=False, highlight=False)
 
 
 @api_keys_app.command("revoke")
 def api_keys_revoke(ctx: typer.Context, key_id: str = typer.Argument(...)) -> None:
     """Revoke a key by its id (the edge refuses it from its next request)."""
+    from streams.apps.ingest.keys import UnknownKey
     from streams.bootstrap import api_key_store
-    from streams.ingest.keys import UnknownKey
 
     store = api_key_store(settings_of(ctx))
     try:
@@ -181,12 +241,38 @@ def api_keys_revoke(ctx: typer.Context, key_id: str = typer.Argument(...)) -> No
     console.print(f"revoked {key_id}")
 
 
-@api_keys_app.command("list")
-def api_keys_list(ctx: typer.Context) -> None:
-    """Keys with their id, name, creation and revocation (never the key)."""
+@api_keys_app.command("rotate")
+def api_keys_rotate(ctx: typer.Context, key_id: str = typer.Argument(...)) -> None:
+    """Replace a key by a new one with its name and scope; the old one is revoked at once
+    (prints the new key once)."""
+    from streams.apps.ingest.keys import UnknownKey
     from streams.bootstrap import api_key_store
 
-    table = Table("id", "name", "created", "revoked")
+    store = api_key_store(settings_of(ctx))
+    try:
+        new_id, secret = store.rotate(key_id)
+    except UnknownKey as exc:
+        console.print(f"[red]{exc}[/]")
+        raise typer.Exit(1) from exc
+    console.print(f"rotated {key_id} to {new_id} ({key_id} is revoked); it is shown only now:")
+    out.print(secret, markup=False, highlight=False)
+
+
+@api_keys_app.command("list")
+def api_keys_list(ctx: typer.Context) -> None:
+    """Keys with their id, name, scopes, restrictions, creation and revocation (never the
+    key)."""
+    from streams.bootstrap import api_key_store
+
+    table = Table("id", "name", "scopes", "restrictions", "created", "revoked", "rotated from")
     for key in api_key_store(settings_of(ctx)).list():
-        table.add_row(key.key_id, key.name, key.created_at, key.revoked_at or "")
+        table.add_row(
+            key.key_id,
+            key.name,
+            " ".join(key.scopes),
+            key.scope_text(),
+            key.created_at,
+            key.revoked_at or "",
+            key.rotated_from or "",
+        )
     out.print(table)

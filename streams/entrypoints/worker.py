@@ -11,7 +11,7 @@ import threading
 import typer
 
 from streams.entrypoints import usage
-from streams.entrypoints.common import configure_logging, settings_of
+from streams.entrypoints.common import configure_logging, refuse_below_profile, settings_of
 from streams.settings import Settings
 
 app = typer.Typer(
@@ -22,7 +22,7 @@ app = typer.Typer(
 MetricsPortOption = typer.Option(
     None,
     "--metrics-port",
-    help="Serve Prometheus metrics on 127.0.0.1:PORT "
+    help="Serve Prometheus metrics on PORT of INVOICING_WORKER__METRICS_HOST (127.0.0.1) "
     "(default: INVOICING_WORKER__METRICS_PORT; 0 = off).",
 )
 LogLevelOption = typer.Option("INFO", "--log-level", help="DEBUG, INFO, WARNING, ERROR.")
@@ -61,14 +61,15 @@ def worker_email(
     metrics_port: int | None = MetricsPortOption,
     log_level: str = LogLevelOption,
 ) -> None:
-    """Email every issued invoice and credit note once (group settings.worker.email_group)."""
+    """Email every issued invoice and credit note once (consumer group INVOICING_WORKER__EMAIL_GROUP)."""
     stop = stop_on_signals()
+    from streams.apps.email.errors import EmailConfigurationError
     from streams.bootstrap import run_email_sender
-    from streams.email.errors import EmailConfigurationError
 
     settings = _start(ctx, metrics_port, log_level)
     try:
-        run_email_sender(settings, stop=stop)
+        with refuse_below_profile():
+            run_email_sender(settings, stop=stop)
     except EmailConfigurationError as exc:
         typer.echo(f"email sender cannot start: {exc}", err=True)
         raise typer.Exit(2) from exc
@@ -80,18 +81,35 @@ def worker_invoicing(
     metrics_port: int | None = MetricsPortOption,
     log_level: str = LogLevelOption,
 ) -> None:
-    """Store usage and build one invoice per close marker (group settings.worker.invoicing_group)."""
+    """Store usage and build one invoice per close marker (consumer group INVOICING_WORKER__INVOICING_GROUP)."""
     stop = stop_on_signals()
     from prometheus_client import start_http_server
 
     from streams.bootstrap import run_invoicing_worker
 
     settings = _start(ctx, metrics_port, log_level)
-    if settings.worker.metrics_port:
-        start_http_server(settings.worker.metrics_port, addr="127.0.0.1")
-    run_invoicing_worker(settings, stop=stop, install_signal_handlers=False)
+    with refuse_below_profile():
+        if settings.worker.metrics_port:
+            start_http_server(settings.worker.metrics_port, addr=settings.worker.metrics_host)
+        run_invoicing_worker(settings, stop=stop, install_signal_handlers=False)
 
 
-# The usage view and the ingest edge (issue 13): streams.entrypoints.usage.
+@app.command("portal")
+def worker_portal(
+    ctx: typer.Context,
+    port: int | None = typer.Option(
+        None, "--port", help="Listen on this port (default: INVOICING_PORTAL__PORT)."
+    ),
+    log_level: str = LogLevelOption,
+) -> None:
+    """Serve the hosted invoice page (GET /invoices/{id}?t=TOKEN) through the read-only
+    portal role; /health answers 200 while the database does."""
+    configure_logging(log_level)
+    from streams.bootstrap import run_portal
+
+    run_portal(settings_of(ctx), port=port)
+
+
+# The usage view and the ingest edge (docs/usage-api.md): streams.entrypoints.usage.
 app.command("usage-view")(usage.usage_view_worker)
 app.command("ingest")(usage.ingest_worker)

@@ -1,4 +1,4 @@
-"""In-memory twins of the ports: every port of :mod:`streams.billing.ports` has one here.
+"""In-memory twins of the ports: every port of :mod:`streams.core.billing.ports` has one here.
 
 A twin is a real implementation of its port that keeps its state in memory, for
 fast unit tests of the code that calls the port (no service, no mock). Each twin
@@ -24,7 +24,7 @@ called.
   :mod:`~streams.adapters.memory.fencing` — the store twins, functions of a
   :class:`~streams.adapters.memory.database.MemoryConnection` as the PostgreSQL stores are
   functions of a psycopg connection; :data:`streams.adapters.memory.stores.MEMORY` is the set
-* :mod:`~streams.adapters.memory.deliveries` — :class:`~streams.adapters.memory.deliveries.InMemoryDeliveryStore`
+* :mod:`~streams.apps.email.twin` — :class:`~streams.apps.email.twin.InMemoryDeliveryStore`
   (the email sender's ``Deliveries`` port, on the same database)
 * :mod:`~streams.adapters.memory.dead_letters` — :class:`~streams.adapters.memory.dead_letters.InMemoryDeadLetterSink`
   (the real ``DeadLetters`` on an in-memory topic)
@@ -37,7 +37,7 @@ A worker on the twins::
                              consumer=kafka.consumer(group), producer=kafka.producer())
 
 **Adding a store to the twin** (say a ``RatingStore`` port with PostgreSQL functions in
-``streams/billing/store/rating.py``):
+``streams/core/billing/store/rating.py``):
 
 1. its tables: a frozen row dataclass and a table name per table in
    :mod:`streams.adapters.memory.store.tables` (columns as in the migration; the key
@@ -49,7 +49,7 @@ A worker on the twins::
    ``now()``, ``stmt.next_value(seq)`` for a sequence, and raises
    ``stmt.unique_violation(...)`` / ``stmt.check_violation(...)`` where PostgreSQL
    raises; ``ON CONFLICT DO NOTHING`` is "look, and return if it is there";
-3. a field in :class:`streams.billing.stores.Stores`, the PostgreSQL module in
+3. a field in :class:`streams.core.billing.stores.Stores`, the PostgreSQL module in
    ``POSTGRES`` and this module in :data:`streams.adapters.memory.stores.MEMORY`
    (mypy then checks both modules against the Protocol);
 4. a contract suite ``tests/contracts/rating_store.py`` with a ``StoreHarness`` fixture,

@@ -1,10 +1,10 @@
 """The in-memory database of the store twins: tables in dicts, transactions, failures.
 
-:class:`InMemoryDatabase` is the twin of the :class:`~streams.billing.ports.Database`
+:class:`InMemoryDatabase` is the twin of the :class:`~streams.core.billing.ports.Database`
 port (a psycopg pool): ``with db.connection() as conn:`` hands out a
 :class:`MemoryConnection` on which the twin stores
 (:mod:`streams.adapters.memory.store`, :mod:`~streams.adapters.memory.fencing`,
-:mod:`~streams.adapters.memory.deliveries`) run, the way the PostgreSQL stores run
+:mod:`~streams.apps.email.twin`) run, the way the PostgreSQL stores run
 on a psycopg connection. The semantics kept are the ones the kernel relies on:
 
 * **Transactions as psycopg has them.** The first statement (or ``conn.transaction()``)
@@ -70,7 +70,7 @@ class _Transaction:
 
 
 class InMemoryDatabase:
-    """The :class:`~streams.billing.ports.Database` twin (module docstring). Thread-safe.
+    """The :class:`~streams.core.billing.ports.Database` twin (module docstring). Thread-safe.
 
     Args:
         clock: the current time, UTC-aware (``now()`` of a transaction is its value at

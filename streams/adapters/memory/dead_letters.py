@@ -1,8 +1,8 @@
-"""Twin of the :class:`~streams.billing.ports.DeadLetterSink` port.
+"""Twin of the :class:`~streams.core.billing.ports.DeadLetterSink` port.
 
-:class:`InMemoryDeadLetterSink` is the real sink, :class:`streams.billing.dead_letters.DeadLetters`
+:class:`InMemoryDeadLetterSink` is the real sink, :class:`streams.core.billing.dead_letters.DeadLetters`
 (the same ``dlq.*`` headers, the same truncation of records too large for the topic,
-the same :class:`~streams.billing.dead_letters.DeadLetterError`\\ s), publishing to a
+the same :class:`~streams.core.billing.dead_letters.DeadLetterError`\\ s), publishing to a
 topic of an :class:`~streams.adapters.memory.kafka.InMemoryKafka` — as the tax twin
 runs the fake tax service's own engine — with readers for what was dead-lettered and
 :meth:`~InMemoryDeadLetterSink.fail_next` to refuse deliveries.
@@ -18,7 +18,7 @@ from __future__ import annotations
 from confluent_kafka import KafkaError, Message
 
 from streams.adapters.memory.kafka import InMemoryKafka
-from streams.billing.dead_letters import DeadLetters
+from streams.core.billing.dead_letters import DeadLetters
 
 __all__ = ["InMemoryDeadLetterSink", "dlq_headers"]
 
@@ -35,7 +35,7 @@ def dlq_headers(msg: Message) -> dict[str, str]:
 
 
 class InMemoryDeadLetterSink:
-    """:class:`~streams.billing.dead_letters.DeadLetters` on an in-memory topic.
+    """:class:`~streams.core.billing.dead_letters.DeadLetters` on an in-memory topic.
 
     Args:
         topic: the dead-letter topic (created with one partition if missing).
@@ -67,7 +67,7 @@ class InMemoryDeadLetterSink:
         reason: str,
         attributed: bool = True,
     ) -> None:
-        """See :meth:`streams.billing.dead_letters.DeadLetters.publish`."""
+        """See :meth:`streams.core.billing.dead_letters.DeadLetters.publish`."""
         self._sink.publish(
             key=key,
             value=value,
@@ -82,7 +82,7 @@ class InMemoryDeadLetterSink:
 
     def fail_next(self, count: int = 1) -> None:
         """The next ``count`` records are not delivered (a delivery timeout): ``publish``
-        raises :class:`~streams.billing.dead_letters.DeadLetterError`."""
+        raises :class:`~streams.core.billing.dead_letters.DeadLetterError`."""
         self.kafka.fail_produce(count, KafkaError(KafkaError._MSG_TIMED_OUT))
 
     def records(self) -> list[Message]:

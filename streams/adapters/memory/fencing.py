@@ -1,14 +1,14 @@
-"""Twin of the fence tables of :mod:`streams.billing.fencing` (the
-:class:`~streams.billing.ports.FenceStore` port over a
+"""Twin of the fence tables of :mod:`streams.core.billing.fencing` (the
+:class:`~streams.core.billing.ports.FenceStore` port over a
 :class:`~streams.adapters.memory.database.MemoryConnection`): ``partition_fences``,
 ``lease_fences`` and ``close_requests`` in memory, with the same errors.
 
 The rules kept: a partition claim moves only upward (a higher generation wins; the
 same token again is a no-op; a lower generation, or an equal one of another member,
-is refused with :class:`~streams.billing.fencing.ClaimRefused`) and commits in a
+is refused with :class:`~streams.core.billing.fencing.ClaimRefused`) and commits in a
 transaction of its own (a savepoint inside an open one, as psycopg's
 ``conn.transaction()``); a check refuses every token but the stored one with
-:class:`~streams.billing.fencing.Fenced`. The check and the writes after it are
+:class:`~streams.core.billing.fencing.Fenced`. The check and the writes after it are
 atomic: the twin's transaction holds the whole database until it ends, so a claim
 waits for a write in flight (PostgreSQL: the check's ``FOR SHARE`` row lock). A lease
 fence accepts a number not lower than the recorded one and records it; a close
@@ -16,6 +16,8 @@ request is inserted once per (customer, period), and read back.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import psycopg
 
@@ -29,7 +31,7 @@ from streams.adapters.memory.store.tables import (
     PartitionFenceRow,
     check_period,
 )
-from streams.billing.fencing import (
+from streams.core.billing.fencing import (
     ClaimRefused,
     CloseRequest,
     Fenced,
@@ -42,6 +44,7 @@ from streams.billing.fencing import (
 __all__ = [
     "check",
     "check_lease_fence",
+    "check_many",
     "claim",
     "lease_fence_floor",
     "request_close",
@@ -87,6 +90,22 @@ def check(conn: MemoryConnection, token: FencingToken) -> None:
     pair = (stored.generation, stored.member_id) if stored is not None else None
     if pair != (token.generation, token.member_id):
         raise Fenced(token, pair)
+
+
+def check_many(conn: MemoryConnection, tokens: Sequence[FencingToken]) -> list[Fenced]:
+    """:func:`check` of every token in one statement; returns the refusals (see
+    :func:`streams.core.billing.fencing.check_many`)."""
+    refused: list[Fenced] = []
+    with conn.statement("fences.check_many") as stmt:
+        table = stmt.table(PARTITION_FENCES)
+        for token in tokens:
+            stored: PartitionFenceRow | None = table.get(
+                (token.group_id, token.topic, token.partition)
+            )
+            pair = (stored.generation, stored.member_id) if stored is not None else None
+            if pair != (token.generation, token.member_id):
+                refused.append(Fenced(token, pair))
+    return refused
 
 
 def reset_group(conn: MemoryConnection, group_id: str) -> int:

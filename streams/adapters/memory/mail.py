@@ -1,16 +1,16 @@
-"""In-memory twin of the :class:`~streams.billing.ports.MailTransport` port.
+"""In-memory twin of the :class:`~streams.core.billing.ports.MailTransport` port.
 
 :class:`InMemoryMailTransport` records every message it accepts (a copy parsed
 back from its bytes, as a receiver sees it) with its envelope, and fails the way
-:class:`~streams.email.transport.SmtpTransport` against the SMTP sink fails, with
+:class:`~streams.adapters.smtp.SmtpTransport` against the SMTP sink fails, with
 the same exceptions and messages (it classifies the ``smtplib`` error the real
-transport would have met with :func:`streams.email.transport.classify_smtp_error`):
+transport would have met with :func:`streams.adapters.smtp.classify_smtp_error`):
 
-* the mailbox-simulator recipients (:mod:`streams.stack.mailbox_simulator`):
-  ``bounce@simulator.invalid`` → :class:`~streams.email.errors.SmtpPermanentError`
-  (550), ``defer@simulator.invalid`` → :class:`~streams.email.errors.SmtpTransientError`
+* the mailbox-simulator recipients (:mod:`streams.adapters.memory.mailbox_simulator`):
+  ``bounce@simulator.invalid`` → :class:`~streams.apps.email.errors.SmtpPermanentError`
+  (550), ``defer@simulator.invalid`` → :class:`~streams.apps.email.errors.SmtpTransientError`
   (451), nothing recorded;
-* ``down = True``: every send raises :class:`~streams.email.errors.SmtpTransientError`
+* ``down = True``: every send raises :class:`~streams.apps.email.errors.SmtpTransientError`
   (connection refused, ``code`` ``None``);
 * :meth:`InMemoryMailTransport.fail_next`: the next sends raise a given error.
 """
@@ -25,9 +25,9 @@ from collections import Counter
 from dataclasses import dataclass
 from email.message import EmailMessage
 
-from streams.email.errors import EmailError, SmtpTransientError
-from streams.email.transport import classify_smtp_error
-from streams.stack.mailbox_simulator import simulated_refusal
+from streams.adapters.memory.mailbox_simulator import simulated_refusal
+from streams.adapters.smtp import classify_smtp_error
+from streams.core.billing.mail_errors import EmailError, SmtpTransientError
 
 __all__ = ["InMemoryMailTransport", "SentMessage"]
 
@@ -58,7 +58,7 @@ class SentMessage:
 
 
 class InMemoryMailTransport:
-    """:class:`~streams.billing.ports.MailTransport` that keeps what it sends. Thread-safe.
+    """:class:`~streams.core.billing.ports.MailTransport` that keeps what it sends. Thread-safe.
 
     Attributes:
         sent: accepted messages, in order.
@@ -73,7 +73,7 @@ class InMemoryMailTransport:
 
     def fail_next(self, count: int = 1, error: EmailError | None = None) -> None:
         """Make the next ``count`` sends raise ``error`` (default: a
-        :class:`~streams.email.errors.SmtpTransientError`, 451) without recording."""
+        :class:`~streams.apps.email.errors.SmtpTransientError`, 451) without recording."""
         with self._lock:
             for _ in range(count):
                 self._failures.append(

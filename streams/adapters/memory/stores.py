@@ -1,5 +1,5 @@
 """The twin's store set: :data:`MEMORY`, the in-memory implementation of every store port
-(:class:`streams.billing.stores.Stores` over
+(:class:`streams.core.billing.stores.Stores` over
 :class:`~streams.adapters.memory.database.MemoryConnection`).
 
 Give it with an :class:`~streams.adapters.memory.database.InMemoryDatabase` as the pool::
@@ -15,13 +15,14 @@ from streams.adapters.memory.database import MemoryConnection
 from streams.adapters.memory.store import (
     closes,
     dead_letters,
+    drafts,
     holds,
     invoices,
     metering,
     pricing,
     usage,
 )
-from streams.billing.stores import Stores
+from streams.core.billing.stores import Stores
 
 __all__ = ["MEMORY"]
 
@@ -35,4 +36,5 @@ MEMORY: Stores[MemoryConnection] = Stores(
     metering=metering,
     pricing=pricing,
     dead_letters=dead_letters,
+    drafts=drafts,
 )

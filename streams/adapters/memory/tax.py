@@ -1,7 +1,7 @@
-"""In-memory twin of the :class:`~streams.billing.ports.TaxService` port.
+"""In-memory twin of the :class:`~streams.core.billing.ports.TaxService` port.
 
 :class:`InMemoryTaxService` runs the fake tax service's own engine
-(:class:`streams.stack.fake_tax.engine.TaxLedger`: the same rate table and
+(:class:`streams.adapters.memory.tax_engine.TaxLedger`: the same rate table and
 idempotency rules), with the same chunking (``key:i``, at most 1,000 lines per
 request) as the HTTP client, so the twin, the fake HTTP service and the client
 against it give the same answers (``tests/contracts/tax.py`` checks both).
@@ -13,10 +13,10 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from streams.adapters.memory.tax_engine import TaxLedger, rate_for
 from streams.adapters.tax.wire import MAX_LINES_PER_REQUEST, check_document, chunk_key, chunks
-from streams.billing.ports import Rate, TaxError, TaxRejected, TaxUnavailable
-from streams.domain.invoice import TaxedLine, TaxLine
-from streams.stack.fake_tax.engine import TaxLedger, rate_for
+from streams.core.billing.ports import Rate, TaxError, TaxRejected, TaxUnavailable
+from streams.core.domain.invoice import TaxedLine, TaxLine
 
 __all__ = ["InMemoryTaxService", "RecordedCall"]
 
@@ -34,10 +34,10 @@ class RecordedCall:
 
 
 class InMemoryTaxService:
-    """:class:`~streams.billing.ports.TaxService` in memory, for unit tests of other components.
+    """:class:`~streams.core.billing.ports.TaxService` in memory, for unit tests of other components.
 
     Same rate table, chunking (``key:i``) and idempotency rules as the fake HTTP
-    service (both run :class:`~streams.stack.fake_tax.engine.TaxLedger`). ``calls``
+    service (both run :class:`~streams.adapters.memory.tax_engine.TaxLedger`). ``calls``
     lists every request in order; :meth:`fail_next` makes the next requests raise,
     and ``down = True`` makes every request fail as an unreachable service does, to
     test callers' error paths. Thread-safe.
@@ -80,7 +80,7 @@ class InMemoryTaxService:
 
     def rate(self, region_id: str | None, tax_code: str | None = None) -> Rate:
         """The rate the service applies to ``(region_id, tax_code)``; see
-        :func:`~streams.stack.fake_tax.engine.rate_for`.
+        :func:`~streams.adapters.memory.tax_engine.rate_for`.
 
         Raises:
             TaxRejected: unknown product tax code (422).
@@ -96,7 +96,7 @@ class InMemoryTaxService:
         lines: Sequence[TaxLine],
         commit: bool = True,
     ) -> list[TaxedLine]:
-        """See :class:`~streams.billing.ports.TaxService`. Raises :class:`TaxRejected`
+        """See :class:`~streams.core.billing.ports.TaxService`. Raises :class:`TaxRejected`
         (409/413/422, or ``None`` for a document refused before sending), injected
         errors, and :class:`TaxUnavailable` when ``down``."""
         check_document(idempotency_key, customer_id, lines)

@@ -1,4 +1,4 @@
-"""In-memory twin of the :class:`~streams.billing.ports.TaxCache` port.
+"""In-memory twin of the :class:`~streams.core.billing.ports.TaxCache` port.
 
 :class:`InMemoryTaxCache` keeps documents and rates in dicts with Redis's expiry
 semantics as far as the contract needs them: every put (re)starts the entry's TTL
@@ -14,8 +14,8 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from streams.billing.ports import Rate, RateKey
-from streams.domain.invoice import TaxedLine
+from streams.core.billing.ports import Rate, RateKey
+from streams.core.domain.invoice import TaxedLine
 
 __all__ = ["InMemoryTaxCache"]
 
@@ -28,7 +28,7 @@ class _Document:
 
 
 class InMemoryTaxCache:
-    """:class:`~streams.billing.ports.TaxCache` in memory. Thread-safe.
+    """:class:`~streams.core.billing.ports.TaxCache` in memory. Thread-safe.
 
     Args:
         ttl_s: seconds an entry lives after its put (Redis ``EX``).

@@ -1,9 +1,9 @@
-"""The tax client's cache in Redis: :class:`RedisTaxCache`, the :class:`~streams.billing.ports.TaxCache`.
+"""The tax client's cache in Redis: :class:`RedisTaxCache`, the :class:`~streams.core.billing.ports.TaxCache`.
 
 Committed tax results by idempotency key (a second attempt after a crash answers
 from Redis without calling the service) and rates by (region, product tax code)
 (a quote whose every line's rate is cached needs no call), so thousands of lines
-do not mean thousands of calls (DESIGN "Redis"). Redis being down slows the
+do not mean thousands of calls (docs/design.md "Redis leases"). Redis being down slows the
 system down, never makes it wrong: every Redis error is logged and counted, and
 the method then behaves as a miss.
 
@@ -23,9 +23,9 @@ import redis
 from prometheus_client import Counter
 
 from streams.adapters.tax.wire import decimal_text
-from streams.billing.ports import Rate, RateKey
-from streams.domain.invoice import TaxedLine
-from streams.domain.money import InvalidAmount
+from streams.core.billing.ports import Rate, RateKey
+from streams.core.domain.invoice import TaxedLine
+from streams.core.domain.money import InvalidAmount
 
 logger = logging.getLogger(__name__)
 

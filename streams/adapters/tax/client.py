@@ -1,10 +1,10 @@
-"""The tax service client: :class:`HttpTaxService`, the :class:`~streams.billing.ports.TaxService` over HTTP.
+"""The tax service client: :class:`HttpTaxService`, the :class:`~streams.core.billing.ports.TaxService` over HTTP.
 
-DESIGN "Tax service": a third-party HTTP service, slow and sometimes failing,
+docs/design.md "Tax service": a third-party HTTP service, slow and sometimes failing,
 that takes a whole document (up to 1,000 lines and an idempotency key) and
 answers the tax of each line. An invoice is never issued without its tax, and
 tax is never applied twice. The port's contract (shapes, idempotency, errors) is
-:class:`streams.billing.ports.TaxService`; the wire format is
+:class:`streams.core.billing.ports.TaxService`; the wire format is
 :mod:`streams.adapters.tax.wire`.
 
 Rules of this client:
@@ -19,7 +19,7 @@ Rules of this client:
   429 and 5xx. Never retried: any other 4xx and invalid answers.
 * At most ``max_concurrency`` requests are in flight per client object, across
   threads.
-* Optional cache (a :class:`~streams.billing.ports.TaxCache`, in production
+* Optional cache (a :class:`~streams.core.billing.ports.TaxCache`, in production
   :class:`streams.adapters.tax.cache.RedisTaxCache`): committed results by
   idempotency key (a second attempt after a crash answers from the cache without
   calling the service), and rates by (region, product tax code), learned from
@@ -27,8 +27,8 @@ Rules of this client:
   line's rate is cached is computed locally without a call. A cache failure is a
   miss (the cache's contract), so the call goes to the service.
 
-Exceptions: :class:`~streams.billing.ports.TaxUnavailable` (transient: retries
-exhausted) and :class:`~streams.billing.ports.TaxRejected` (permanent: 4xx other
+Exceptions: :class:`~streams.core.billing.ports.TaxUnavailable` (transient: retries
+exhausted) and :class:`~streams.core.billing.ports.TaxRejected` (permanent: 4xx other
 than 408/429, an invalid answer, an invalid document).
 
 Metrics (prometheus_client, default registry): ``invoicing_tax_requests_total{outcome}``,
@@ -57,7 +57,7 @@ from tenacity import (
 )
 
 from streams.adapters.tax import wire
-from streams.billing.ports import (
+from streams.core.billing.ports import (
     Rate,
     RateKey,
     TaxCache,
@@ -65,7 +65,7 @@ from streams.billing.ports import (
     TaxRejected,
     TaxUnavailable,
 )
-from streams.domain.invoice import TaxedLine, TaxLine
+from streams.core.domain.invoice import TaxedLine, TaxLine
 from streams.settings import TaxSettings
 
 logger = logging.getLogger(__name__)
@@ -94,14 +94,14 @@ _RETRYABLE_STATUS = frozenset({408, 429}) | frozenset(range(500, 600))
 
 
 class HttpTaxService:
-    """:class:`~streams.billing.ports.TaxService` over HTTP (see the module docstring).
+    """:class:`~streams.core.billing.ports.TaxService` over HTTP (see the module docstring).
 
     Args:
         settings: url, timeouts (seconds), ``max_attempts`` (first included),
             backoff ``backoff_initial_s`` doubling up to ``backoff_max_s`` plus
             up to ``backoff_initial_s`` of jitter, ``max_concurrency``,
             ``max_lines_per_request``.
-        cache: optional :class:`~streams.billing.ports.TaxCache`.
+        cache: optional :class:`~streams.core.billing.ports.TaxCache`.
         client: an ``httpx.Client`` to use instead of one built from settings
             (tests pass one with ``httpx.MockTransport``); closed by :meth:`close`
             only when built here.
@@ -110,7 +110,8 @@ class HttpTaxService:
             when every line's rate is cached (default). The replay passes False: it must
             price with the rates the service applies *now* — a rate cached for up to
             ``cache_ttl_s`` (7 days) would hide a rate change from its comparison
-            (issue 10). Its answers still refresh the cache.
+            (docs/decisions/0092-replay-and-released-holds.md). Its answers still refresh
+            the cache.
 
     Thread-safe: one object serves every worker thread of a process.
     """
@@ -173,7 +174,7 @@ class HttpTaxService:
         lines: Sequence[TaxLine],
         commit: bool = True,
     ) -> list[TaxedLine]:
-        """See :class:`~streams.billing.ports.TaxService`.
+        """See :class:`~streams.core.billing.ports.TaxService`.
 
         Raises:
             TaxUnavailable: a request still failed transiently after ``max_attempts``.

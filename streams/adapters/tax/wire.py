@@ -1,9 +1,9 @@
 """The tax service's HTTP API as both ends see it: shapes, limits and the rules both apply.
 
 Shared by the client (:mod:`streams.adapters.tax.client`), the fake service
-(:mod:`streams.stack.fake_tax`) and the in-memory twin
+(:mod:`streams.devtools.stack.fake_tax`) and the in-memory twin
 (:mod:`streams.adapters.memory.tax`), so that none of them imports another.
-Standard library plus :mod:`streams.domain` and :mod:`streams.billing.ports` only.
+Standard library plus :mod:`streams.core.domain` and :mod:`streams.core.billing.ports` only.
 
 API (JSON bodies; money and rates are decimal **strings**, JSON numbers are refused)::
 
@@ -36,9 +36,10 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from streams.billing.ports import Rate, TaxRejected
-from streams.domain.invoice import TaxedLine, TaxLine
-from streams.domain.money import InvalidAmount, parse_decimal
+from streams.core.billing.ports import Rate, TaxRejected
+from streams.core.domain.invoice import TaxedLine, TaxLine
+from streams.core.domain.money import InvalidAmount, parse_decimal
+from streams.errors import InvoicingError
 
 __all__ = [
     "DOCUMENTS_PATH",
@@ -64,7 +65,7 @@ __all__ = [
     "tax_of",
 ]
 
-#: The service's limit on lines per document request (DESIGN "Tax service").
+#: The service's limit on lines per document request (docs/design.md "Tax service").
 MAX_LINES_PER_REQUEST = 1000
 
 DOCUMENTS_PATH = "/v1/documents"
@@ -197,7 +198,7 @@ class DocumentRequest:
         ).encode("utf-8")
 
 
-class InvalidRequest(Exception):
+class InvalidRequest(InvoicingError):
     """A request body the service refuses: ``status`` 422 (or 413 for too many lines),
     an error ``code`` and ``message`` for the error body, and what could be read of
     the request (for the service's records)."""
@@ -317,7 +318,7 @@ def _check_request(body: dict[str, Any], max_lines: int) -> DocumentRequest:
 # --------------------------------------------------------------------------- answers
 
 
-class InvalidAnswer(ValueError):
+class InvalidAnswer(InvoicingError, ValueError):
     """An answer the client cannot use (the reason is the message)."""
 
 
@@ -380,7 +381,7 @@ def rate_answer_body(region_id: str | None, rate: Rate) -> dict[str, Any]:
 
 
 def parse_rate_answer(data: Any) -> Rate:
-    """The :class:`~streams.billing.ports.Rate` of a decoded rate answer.
+    """The :class:`~streams.core.billing.ports.Rate` of a decoded rate answer.
 
     Raises:
         InvalidAnswer: not an object, a field missing, or the rate not a decimal string.

@@ -1,19 +1,19 @@
-"""Twin of :mod:`streams.billing.store.closes`: ``period_closes`` in memory (the
-:class:`~streams.billing.ports.CloseStore` port over a
+"""Twin of :mod:`streams.core.billing.store.closes`: ``period_closes`` in memory (the
+:class:`~streams.core.billing.ports.CloseStore` port over a
 :class:`~streams.adapters.memory.database.MemoryConnection`): one row per marker
 event id (``ON CONFLICT DO NOTHING``: the first outcome stays), the outcome one of
-``invoiced``, ``already_invoiced``, ``held`` (a check), ``received_at`` = ``now()``.
+``invoiced``, ``already_invoiced``, ``held``, ``drafted`` (a check), ``received_at`` = ``now()``.
 """
 
 from __future__ import annotations
 
 from streams.adapters.memory.database import MemoryConnection
 from streams.adapters.memory.store.tables import PERIOD_CLOSES, CloseRow, as_uuid, check_period
-from streams.billing.rows import CloseMarker
+from streams.core.billing.rows import CloseMarker
 
 __all__ = ["closed_customers", "record_close"]
 
-_OUTCOMES = frozenset({"invoiced", "already_invoiced", "held"})
+_OUTCOMES = frozenset({"invoiced", "already_invoiced", "held", "drafted"})
 
 
 def record_close(

@@ -1,5 +1,5 @@
-"""Twin of :mod:`streams.billing.store.dead_letters`: ``dead_letters`` in memory (the
-:class:`~streams.billing.ports.DeadLetterStore` port over a
+"""Twin of :mod:`streams.core.billing.store.dead_letters`: ``dead_letters`` in memory (the
+:class:`~streams.core.billing.ports.DeadLetterStore` port over a
 :class:`~streams.adapters.memory.database.MemoryConnection`): one row per source
 record (topic, partition, offset), ``ON CONFLICT DO NOTHING`` (the first row stays).
 """
@@ -10,8 +10,8 @@ from collections.abc import Iterable, Sequence
 
 from streams.adapters.memory.database import MemoryConnection
 from streams.adapters.memory.store.tables import DEAD_LETTERS
-from streams.billing.rows import DeadLetterRecord
-from streams.billing.store.text import safe_text
+from streams.core.billing.rows import DeadLetterRecord
+from streams.core.billing.store.text import safe_text
 
 __all__ = ["record", "recorded"]
 

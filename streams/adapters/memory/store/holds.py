@@ -1,5 +1,5 @@
-"""Twin of :mod:`streams.billing.store.holds`: ``invoice_holds`` in memory (the
-:class:`~streams.billing.ports.HoldStore` port over a
+"""Twin of :mod:`streams.core.billing.store.holds`: ``invoice_holds`` in memory (the
+:class:`~streams.core.billing.ports.HoldStore` port over a
 :class:`~streams.adapters.memory.database.MemoryConnection`).
 
 Kept as PostgreSQL has it: one hold per (source record, customer), ``ON CONFLICT DO
@@ -15,7 +15,7 @@ from dataclasses import replace
 
 from streams.adapters.memory.database import MemoryConnection
 from streams.adapters.memory.store.tables import INVOICE_HOLDS, HoldRow, check_period
-from streams.billing.rows import Hold, SourceCoordinates
+from streams.core.billing.rows import Hold, SourceCoordinates
 
 __all__ = ["has_open_hold", "held_customers", "open_holds", "record_hold", "release"]
 

@@ -1,5 +1,5 @@
-"""Twin of :mod:`streams.billing.store.invoices`: invoices, lines, numbering, credit notes
-and the outbox in memory (the :class:`~streams.billing.ports.InvoiceStore` port over a
+"""Twin of :mod:`streams.core.billing.store.invoices`: invoices, lines, numbering, credit notes
+and the outbox in memory (the :class:`~streams.core.billing.ports.InvoiceStore` port over a
 :class:`~streams.adapters.memory.database.MemoryConnection`).
 
 Kept as PostgreSQL has it (migration 0001): ``INSERT … ON CONFLICT DO NOTHING`` over
@@ -37,7 +37,7 @@ from streams.adapters.memory.store.tables import (
     as_uuid,
     check_period,
 )
-from streams.billing.rows import (
+from streams.core.billing.rows import (
     CreditNoteDraft,
     InvoiceDraft,
     IssuedInvoice,
@@ -45,7 +45,7 @@ from streams.billing.rows import (
     StoredInvoice,
     StoredInvoiceLine,
 )
-from streams.billing.store.invoices import (
+from streams.core.billing.store.invoices import (
     Document,
     InvoiceNumberTaken,
     OutboxEvent,
@@ -53,7 +53,8 @@ from streams.billing.store.invoices import (
     credit_note_number,
     invoice_number,
 )
-from streams.domain.events import EventData
+from streams.core.domain.events import EventData
+from streams.topics import is_outbox_route
 
 __all__ = [
     "credit_note_number",
@@ -69,6 +70,7 @@ __all__ = [
     "lock_issued",
     "max_revision",
     "next_number",
+    "open_credit",
     "revisions",
     "stored_invoice",
     "stored_invoice_lines",
@@ -133,7 +135,7 @@ def insert_invoice(
     issued_at: datetime,
 ) -> bool:
     """Insert the invoice and its lines; False when a unique key says it exists (see
-    :func:`streams.billing.store.invoices.insert_invoice`).
+    :func:`streams.core.billing.store.invoices.insert_invoice`).
 
     Raises:
         InvoiceNumberTaken: the only conflict was the number.
@@ -362,12 +364,12 @@ def documents(conn: MemoryConnection) -> list[Document]:
 
 def invoices_without_email(conn: MemoryConnection, grace: timedelta) -> list[UnsentInvoice]:
     """Invoice revisions with a non-zero total, issued more than ``grace`` before
-    ``now()``, whose email was neither sent nor recorded as skipped."""
+    ``now()``, whose own email (not its void's) was neither sent nor recorded as skipped."""
     with conn.statement("invoices.invoices_without_email") as stmt:
         settled = {
             d.document_id
             for d in stmt.table(EMAIL_DELIVERIES).values()
-            if d.status in ("sent", "skipped")
+            if d.status in ("sent", "skipped") and d.document_type == "invoice"
         }
         return [
             UnsentInvoice(row.invoice_id, row.invoice_number)
@@ -377,6 +379,13 @@ def invoices_without_email(conn: MemoryConnection, grace: timedelta) -> list[Uns
 
 
 # --------------------------------------------------------------------------- credit notes
+
+
+def open_credit(conn: MemoryConnection, note: CreditNoteDraft) -> CreditNoteDraft:
+    """``note`` unchanged: the memory store has no partial credit notes (they are written
+    only by PostgreSQL's ``credit_invoice_lines()``, migration 0021)."""
+    with conn.statement("invoices.open_credit"):
+        return note
 
 
 def insert_credit_note(
@@ -435,8 +444,14 @@ def insert_outbox_row(
     Raises:
         psycopg.errors.UniqueViolation: an outbox row with ``event_id`` exists.
         psycopg.errors.InvalidTextRepresentation: ``payload`` is not JSON, or an id not a uuid.
+        psycopg.errors.CheckViolation: ``topic`` is not the invoices topic
+            (``outbox_routes_to_invoices``, :func:`streams.topics.is_outbox_route`).
     """
     with conn.statement("invoices.insert_outbox_row") as stmt:
+        if not is_outbox_route(topic):
+            raise stmt.check_violation(
+                "outbox_routes_to_invoices", f"aggregatetype {topic!r} is not the invoices topic"
+            )
         row_id = as_uuid(stmt, event_id, "id")
         document = as_uuid(stmt, document_id, "document_id")
         try:

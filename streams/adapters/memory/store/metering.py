@@ -1,10 +1,10 @@
-"""Twin of :mod:`streams.billing.store.metering`: ``metered_usage`` and
-``subscription_events`` in memory (the :class:`~streams.billing.ports.MeteringStore`
+"""Twin of :mod:`streams.core.billing.store.metering`: ``metered_usage`` and
+``subscription_events`` in memory (the :class:`~streams.core.billing.ports.MeteringStore`
 port over a :class:`~streams.adapters.memory.database.MemoryConnection`).
 
 Kept as PostgreSQL has it: both keyed by event id with ``ON CONFLICT DO NOTHING`` (the
 first stored occurrence wins, in batch order); an id stored with another payload hash
-is returned as a :class:`~streams.billing.rows.RecordConflict` and never overwritten;
+is returned as a :class:`~streams.core.billing.rows.RecordConflict` and never overwritten;
 reads select by customer, period (metered), source topic and partition, and offsets
 strictly below the marker's; subscriptions come back in partition order.
 """
@@ -19,15 +19,15 @@ from streams.adapters.memory.store.tables import (
     SUBSCRIPTION_EVENTS,
     check_period,
 )
-from streams.billing.rows import (
+from streams.core.billing.rows import (
     MeteredRecord,
     RecordConflict,
     SourceCoordinates,
     SubscriptionRecord,
 )
-from streams.billing.store.metering import MeteredRead
-from streams.domain.events import SubscriptionEvent
-from streams.domain.rating import MeteredEvent
+from streams.core.billing.store.metering import MeteredRead
+from streams.core.domain.events import SubscriptionEvent
+from streams.core.domain.rating import MeteredEvent
 
 __all__ = [
     "insert_metered",
@@ -65,7 +65,7 @@ def insert_metered(
     conn: MemoryConnection, records: Sequence[MeteredRecord]
 ) -> list[RecordConflict]:
     """Store metered events, deduplicated by event id; returns the conflicts (see
-    :func:`streams.billing.store.metering.insert_metered`)."""
+    :func:`streams.core.billing.store.metering.insert_metered`)."""
     return _insert(conn, "metering.insert_metered", METERED_USAGE, records)
 
 
@@ -102,7 +102,7 @@ def metered_elsewhere(
     conn: MemoryConnection, customer_id: str, billing_period: str, topic: str, partition: int
 ) -> MeteredRead:
     """The customer's metered events of the period read from ``topic`` on any other
-    partition (see :func:`streams.billing.store.metering.metered_elsewhere`)."""
+    partition (see :func:`streams.core.billing.store.metering.metered_elsewhere`)."""
     with conn.statement("metering.metered_elsewhere") as stmt:
         found: list[MeteredRecord] = [
             r
@@ -124,7 +124,7 @@ def metered_before(
     before_offset: int,
 ) -> MeteredRead:
     """The customer's metered events of the period read from ``topic[partition]`` before
-    ``before_offset`` (see :func:`streams.billing.store.metering.metered_before`)."""
+    ``before_offset`` (see :func:`streams.core.billing.store.metering.metered_before`)."""
     with conn.statement("metering.metered_before") as stmt:
         found: list[MeteredRecord] = [
             r

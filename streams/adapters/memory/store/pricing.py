@@ -1,12 +1,12 @@
-"""Twin of :mod:`streams.billing.store.pricing`: the published price book's entries
+"""Twin of :mod:`streams.core.billing.store.pricing`: the published price book's entries
 (``billable_metrics``, ``plan_versions``) in memory (the
-:class:`~streams.billing.ports.PriceBookStore` port over a
+:class:`~streams.core.billing.ports.PriceBookStore` port over a
 :class:`~streams.adapters.memory.database.MemoryConnection`).
 
 Kept as PostgreSQL has it: entries keyed by ``metric/<code>`` or
 ``plan/<code>/<version>``, inserted with ``ON CONFLICT DO NOTHING`` and never changed;
 the fingerprint is the pair of counts; the book is every entry assembled by
-:func:`streams.domain.rating.published.assemble` (an empty book when nothing is
+:func:`streams.core.domain.rating.published.assemble` (an empty book when nothing is
 published).
 """
 
@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from streams.adapters.memory.database import MemoryConnection
 from streams.adapters.memory.store.tables import BILLABLE_METRICS, PLAN_VERSIONS
-from streams.domain.events import BillableMetricPublished
-from streams.domain.rating import PriceBook
-from streams.domain.rating.published import Entry, assemble
+from streams.core.domain.events import BillableMetricPublished
+from streams.core.domain.rating import PriceBook
+from streams.core.domain.rating.published import Entry, assemble
 
 __all__ = ["book_fingerprint", "insert_entries", "published_book"]
 
@@ -48,7 +48,7 @@ def book_fingerprint(conn: MemoryConnection) -> tuple[int, int]:
 
 def published_book(conn: MemoryConnection) -> PriceBook:
     """The price book of every stored entry (metrics by code, then plan versions by
-    (plan, version)), as :func:`streams.billing.store.pricing.published_book`.
+    (plan, version)), as :func:`streams.core.billing.store.pricing.published_book`.
 
     Raises:
         PriceBookError: the stored entries do not make a valid book.

@@ -1,5 +1,5 @@
 """The twin's tables: one frozen row dataclass per PostgreSQL table, its columns as in
-the migrations (``streams/migrations/versions/``), and the key it is stored under.
+the migrations (``streams/adapters/postgres/migrations/versions/``), and the key it is stored under.
 
 =======================  ==========================================  ==================
 table                    key                                         row
@@ -16,11 +16,11 @@ table                    key                                         row
 ``partition_fences``     ``(group_id, topic, partition)``            :class:`PartitionFenceRow`
 ``lease_fences``         ``lease_name``                              :class:`LeaseFenceRow`
 ``close_requests``       ``(customer_id, billing_period)``           :class:`CloseRequestRow`
-``email_deliveries``     ``event_id``                                :class:`~streams.email.store.DeliveryRow`
-``metered_usage``        ``event_id``                                :class:`~streams.billing.rows.MeteredRecord`
-``subscription_events``  ``event_id``                                :class:`~streams.billing.rows.SubscriptionRecord`
-``billable_metrics``     ``metric_code``                             :class:`~streams.domain.events.BillableMetricPublished`
-``plan_versions``        ``(plan_code, plan_version)``               :class:`~streams.domain.events.PlanVersionPublished`
+``email_deliveries``     ``event_id``                                :class:`~streams.apps.email.store.DeliveryRow`
+``metered_usage``        ``event_id``                                :class:`~streams.core.billing.rows.MeteredRecord`
+``subscription_events``  ``event_id``                                :class:`~streams.core.billing.rows.SubscriptionRecord`
+``billable_metrics``     ``metric_code``                             :class:`~streams.core.domain.events.BillableMetricPublished`
+``plan_versions``        ``(plan_code, plan_version)``               :class:`~streams.core.domain.events.PlanVersionPublished`
 =======================  ==========================================  ==================
 
 Other unique keys are checked by the store functions that write the table. Rows are
@@ -40,7 +40,7 @@ from typing import Any
 import psycopg
 
 from streams.adapters.memory.database import Statement
-from streams.domain.periods import PERIOD_PATTERN
+from streams.core.domain.periods import PERIOD_PATTERN
 
 CUSTOMERS = "customers"
 USAGE_LINES = "usage_lines"
@@ -97,6 +97,10 @@ class CustomerRow:
     source_partition: int
     source_offset: int
     updated_at: datetime
+    #: The event's own time (migration 0016); ``datetime.min`` (UTC) stands for ``-infinity``.
+    event_time: datetime
+    #: The customer's grace period in hours (migration 0024); None: it states none.
+    invoice_grace_hours: Decimal | None = None
 
 
 @dataclass(frozen=True)

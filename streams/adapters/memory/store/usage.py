@@ -1,5 +1,5 @@
-"""Twin of :mod:`streams.billing.store.usage`: ``customers`` and ``usage_lines`` in memory
-(the :class:`~streams.billing.ports.UsageStore` port over a
+"""Twin of :mod:`streams.core.billing.store.usage`: ``customers`` and ``usage_lines`` in memory
+(the :class:`~streams.core.billing.ports.UsageStore` port over a
 :class:`~streams.adapters.memory.database.MemoryConnection`).
 
 Kept as PostgreSQL has it: usage keyed by event id with ``ON CONFLICT DO NOTHING``
@@ -11,6 +11,8 @@ offset not lower than the stored one; ``recorded_at`` / ``updated_at`` = ``now()
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import UTC, datetime
+from decimal import Decimal
 
 from streams.adapters.memory.database import MemoryConnection
 from streams.adapters.memory.store.tables import (
@@ -24,21 +26,26 @@ from streams.adapters.memory.store.tables import (
     UsageRow,
     check_period,
 )
-from streams.billing.rows import (
+from streams.core.billing.rows import (
     Customer,
     LateUsage,
     SourceCoordinates,
     UsageConflict,
     UsageRecord,
+    UsageRowConflict,
+    payload_hash,
 )
-from streams.domain.events import CustomerUpserted
-from streams.domain.invoice import UsageLine
+from streams.core.billing.rows import UsageRow as HotRow
+from streams.core.domain.events import CustomerUpserted, UsageRecorded
+from streams.core.domain.fastcodec import USAGE_VALUES
+from streams.core.domain.invoice import UsageLine
 
 __all__ = [
     "customers",
     "customers_with_usage",
     "get_customer",
     "insert_usage",
+    "insert_usage_rows",
     "late_usage",
     "stored_payloads",
     "stored_usage_ids",
@@ -48,17 +55,31 @@ __all__ = [
 ]
 
 
+#: ``-infinity``, the event time of a customer row whose event carried none.
+_UNKNOWN_TIME = datetime.min.replace(tzinfo=UTC)
+
+
 def upsert_customer(
-    conn: MemoryConnection, event_id: str, data: CustomerUpserted, source: SourceCoordinates
+    conn: MemoryConnection,
+    event_id: str,
+    data: CustomerUpserted,
+    source: SourceCoordinates,
+    event_time: datetime | None = None,
 ) -> None:
-    """Insert or update the customer; an older record (lower offset) never overwrites a newer one."""
+    """Insert or update the customer: an older upsert never overwrites a newer one (see
+    :func:`streams.core.billing.store.usage.upsert_customer`)."""
+    when = event_time if event_time is not None else _UNKNOWN_TIME
     with conn.statement("usage.upsert_customer") as stmt:
         table = stmt.table(CUSTOMERS)
         stored: CustomerRow | None = table.get(data.customer_id)
-        if (
-            stored is not None
-            and stored.source_topic == source.topic
-            and stored.source_offset > source.offset
+        if stored is not None and (
+            stored.event_id == event_id
+            or stored.event_time > when
+            or (
+                stored.event_time == when
+                and stored.source_topic == source.topic
+                and stored.source_offset > source.offset
+            )
         ):
             return
         table[data.customer_id] = CustomerRow(
@@ -72,12 +93,14 @@ def upsert_customer(
             source_partition=source.partition,
             source_offset=source.offset,
             updated_at=stmt.now,
+            event_time=when,
+            invoice_grace_hours=data.invoice_grace_hours,
         )
 
 
 def insert_usage(conn: MemoryConnection, records: Sequence[UsageRecord]) -> list[UsageConflict]:
     """Store usage lines, deduplicated by event id; returns the conflicts (see
-    :func:`streams.billing.store.usage.insert_usage`)."""
+    :func:`streams.core.billing.store.usage.insert_usage`)."""
     if not records:
         return []
     with conn.statement("usage.insert_usage") as stmt:
@@ -113,7 +136,8 @@ def insert_usage(conn: MemoryConnection, records: Sequence[UsageRecord]) -> list
         conflicts: list[UsageConflict] = []
         for r in records:
             first: UsageRow = table[r.event_id]
-            if r.payload_sha256 != first.payload_sha256:
+            # a stored hash may be a hot-path row's raw digest: judge by the columns then
+            if r.payload_sha256 != first.payload_sha256 and r.payload_sha256 != _canonical(first):
                 conflicts.append(
                     UsageConflict(
                         r,
@@ -126,8 +150,94 @@ def insert_usage(conn: MemoryConnection, records: Sequence[UsageRecord]) -> list
         return conflicts
 
 
+def insert_usage_rows(conn: MemoryConnection, rows: Sequence[HotRow]) -> list[UsageRowConflict]:
+    """The hot path's batch write (see
+    :func:`streams.core.billing.store.usage.insert_usage_rows`): rows stored with the raw
+    digest; a row under a stored id with another digest is compared canonically."""
+    if not rows:
+        return []
+    with conn.statement("usage.insert_usage_rows") as stmt:
+        table = stmt.table(USAGE_LINES)
+        for r in rows:
+            check_period(stmt, USAGE_LINES, str(r.values[1]))
+        for r in rows:  # in order: the first occurrence of an id is the stored one
+            if r.event_id in table:
+                continue
+            data = dict(zip(_VALUE_NAMES, r.values, strict=True))
+            table[r.event_id] = UsageRow(
+                event_id=r.event_id,
+                customer_id=str(data["customer_id"]),
+                billing_period=str(data["billing_period"]),
+                amount=Decimal(str(data["amount"])),
+                currency=str(data["currency"]),
+                quantity=_decimal(data["quantity"]),
+                unit=data["unit"],
+                consumed_quantity=_decimal(data["consumed_quantity"]),
+                consumed_unit=data["consumed_unit"],
+                sku_id=data["sku_id"],
+                description=data["description"],
+                region_id=data["region_id"],
+                charge_category=data["charge_category"],
+                provider=data["provider"],
+                event_time=r.event_time,
+                payload_sha256=r.payload_sha256,
+                source_topic=r.source.topic,
+                source_partition=r.source.partition,
+                source_offset=r.source.offset,
+                recorded_at=stmt.now,
+            )
+        conflicts: list[UsageRowConflict] = []
+        for r in rows:
+            first: UsageRow = table[r.event_id]
+            if r.payload_sha256 != first.payload_sha256 and r.canonical_sha256() != _canonical(
+                first
+            ):
+                conflicts.append(
+                    UsageRowConflict(
+                        r,
+                        SourceCoordinates(
+                            first.source_topic, first.source_partition, first.source_offset
+                        ),
+                    )
+                )
+        return conflicts
+
+
+_VALUE_NAMES = USAGE_VALUES
+
+
+def _decimal(text: str | None) -> Decimal | None:
+    return None if text is None else Decimal(text)
+
+
+def _canonical(row: UsageRow) -> str:
+    """:func:`~streams.core.billing.rows.payload_hash` of a stored row, from its columns
+    (as PostgreSQL's ``stored_payloads`` computes it)."""
+    return payload_hash(
+        UsageRecorded.model_construct(
+            schema_version=1,
+            customer_id=row.customer_id,
+            billing_period=row.billing_period,
+            amount=row.amount,
+            currency=row.currency.strip(),
+            quantity=row.quantity,
+            unit=row.unit,
+            consumed_quantity=row.consumed_quantity,
+            consumed_unit=row.consumed_unit,
+            sku_id=row.sku_id,
+            description=row.description,
+            region_id=row.region_id,
+            charge_category=row.charge_category,
+            event_time=row.event_time,
+            provider=row.provider,
+        )
+    )
+
+
 def _customer(row: CustomerRow) -> Customer:
-    return Customer(row.customer_id, row.name, row.email, row.currency.strip())
+    return Customer(
+        row.customer_id, row.name, row.email, row.currency.strip(), row.invoice_grace_hours
+    )
 
 
 def get_customer(conn: MemoryConnection, customer_id: str) -> Customer | None:
@@ -213,8 +323,9 @@ def usage_elsewhere(
 def stored_payloads(
     conn: MemoryConnection, event_ids: Sequence[str]
 ) -> dict[str, tuple[str, SourceCoordinates]]:
-    """event id → (payload hash, where it was read) of those of ``event_ids`` stored. The
-    twin stores every row under the current hashing rule, so its hash is the stored one."""
+    """event id → (payload hash, where it was read) of those of ``event_ids`` stored, the
+    hash computed from the row's columns (as PostgreSQL does: a hot-path row keeps the
+    digest of its raw value in ``payload_sha256``)."""
     with conn.statement("usage.stored_payloads") as stmt:
         table = stmt.table(USAGE_LINES)
         found: dict[str, tuple[str, SourceCoordinates]] = {}
@@ -222,7 +333,7 @@ def stored_payloads(
             row = table.get(event_id)
             if row is not None:
                 found[event_id] = (
-                    row.payload_sha256,
+                    _canonical(row),
                     SourceCoordinates(row.source_topic, row.source_partition, row.source_offset),
                 )
         return found
@@ -250,7 +361,7 @@ def customers_with_usage(conn: MemoryConnection, billing_period: str, topic: str
 
 def late_usage(conn: MemoryConnection, period: str | None = None) -> list[LateUsage]:
     """Usage recorded for a (customer, period) whose issued invoice does not include it
-    (see :func:`streams.billing.store.usage.late_usage`), ordered by period, customer,
+    (see :func:`streams.core.billing.store.usage.late_usage`), ordered by period, customer,
     partition, offset."""
     with conn.statement("usage.late_usage") as stmt:
         issued: dict[tuple[str, str], InvoiceRow] = {

@@ -1,0 +1,114 @@
+"""Decoding a partition's records for the batch write: the fast path first, the reference
+decoder for whatever it declines (whose verdict and reason are final), up to and
+including the partition's first close marker."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from streams.core.billing import fencing
+from streams.core.billing.failures import classify
+from streams.core.billing.rows import Record
+from streams.core.domain.codec import KEY_ID_HEADER, decode
+from streams.core.domain.events import (
+    BillingPeriodClosed,
+    CustomerUpserted,
+    Envelope,
+    SubscriptionChanged,
+    SubscriptionEnded,
+    SubscriptionStarted,
+    UsageMetered,
+    UsageRecorded,
+)
+from streams.core.domain.fastcodec import FastUsage, decode_usage
+
+log = logging.getLogger("streams.apps.invoicing.worker")
+
+__all__ = ["ACCOUNT_EVENT_TYPES", "Run", "decode_record", "decode_run", "key_id_of"]
+
+#: The event types the worker reads; any other type on the topic is dead-lettered.
+#: A new stored type is added here, to :meth:`IngestMixin._add_run` and to the batch
+#: write; its failures need no new handling (streams/core/billing/failures.py).
+ACCOUNT_EVENT_TYPES = (
+    CustomerUpserted,
+    UsageRecorded,
+    BillingPeriodClosed,
+    UsageMetered,
+    SubscriptionStarted,
+    SubscriptionChanged,
+    SubscriptionEnded,
+)
+
+
+@dataclass
+class Run:
+    """One partition's records of a poll, decoded, up to and including its first marker.
+    ``items`` holds per record its fast decoding, its envelope, or why it is refused."""
+
+    partition: int
+    token: fencing.FencingToken
+    first_offset: int
+    items: list[tuple[Record, FastUsage | Envelope | str]] = field(default_factory=list)
+    marker: tuple[Record, Envelope] | None = None
+
+    @property
+    def next_offset(self) -> int:
+        """Where the partition goes on after this run: the marker (its job moves past
+        it), else after the last record."""
+        if self.marker is not None:
+            return self.marker[0].offset
+        return self.items[-1][0].offset + 1
+
+    def suspects(self) -> list[int]:
+        """Offsets whose earlier dead-lettering must be looked up: refused records and
+        the marker (a marker rejected before is not handed to a job again)."""
+        found = [msg.offset for msg, item in self.items if isinstance(item, str)]
+        if self.marker is not None:
+            found.append(self.marker[0].offset)
+        return found
+
+
+def key_id_of(msg: Record) -> str | None:
+    """The id of the API key that sent ``msg`` through the ingest edge (its last header
+    :data:`~streams.core.domain.codec.KEY_ID_HEADER`), or None: absent, empty, longer than
+    64 bytes or not UTF-8 (lineage, never a reason to refuse the record)."""
+    found: str | None = None
+    for name, raw in msg.headers:
+        if name == KEY_ID_HEADER:
+            try:
+                found = raw.decode("utf-8") if raw and len(raw) <= 64 else None
+            except UnicodeDecodeError:
+                found = None
+    return found
+
+
+def decode_record(msg: Record) -> FastUsage | Envelope | str:
+    """The record decoded, fast path first; a refusal is its reason (a codec failure that
+    is not the record's own is logged as an ALERT and still refuses it: good data is
+    never dead-lettered silently for a bug, nor does a bug stall the partition)."""
+    fast = decode_usage(msg.key, msg.value, msg.headers)
+    if fast is not None:
+        return fast
+    try:
+        return decode(msg.key, msg.value, msg.headers, allowed=ACCOUNT_EVENT_TYPES)
+    except Exception as exc:
+        failure = classify(exc)
+        reason = getattr(exc, "reason", None) or failure.reason
+        if not failure.permanent:
+            log.error("ALERT decoding %s failed: %s", msg, failure.reason, exc_info=exc)
+            reason = f"the decoder failed ({failure.reason})"
+        return str(reason)
+
+
+def decode_run(partition: int, token: fencing.FencingToken, msgs: list[Record]) -> Run:
+    """``msgs`` of ``partition`` decoded in order, up to and including the first marker
+    (the records after it are fetched again once its job is done)."""
+    run = Run(partition, token, msgs[0].offset)
+    for msg in msgs:
+        item = decode_record(msg)
+        if isinstance(item, Envelope) and isinstance(item.data, BillingPeriodClosed):
+            run.marker = (msg, item)
+            break
+        run.items.append((msg, item))
+    return run

@@ -1,0 +1,1 @@
+"""The hosted invoice page (``invoicing worker portal``): docs/email.md, "The hosted page"."""

@@ -1,0 +1,640 @@
+"""The usage view: a faust-streaming app over ``billing.account-events.v1`` (docs/usage-api.md).
+
+One consumer group of its own (``settings.view.group``, the faust app id), so it
+reads every account event without touching the invoicing workers' offsets. Faust
+assigns the source topic's partitions across the instances and co-partitions the
+tables' changelog topics with them: the instance that owns source partition N
+owns changelog partition N of every table, because faust writes a table change to
+the **same partition number as the event being processed** (``Table.partition_for_key``
+returns ``event.message.partition``; ``use_partitioner`` stays off).
+
+HTTP (faust's aiohttp web server on ``--port``; faust's own ``/table`` and
+``/router`` endpoints are off: they would serve stored customer state to anyone):
+
+* ``GET /v1/customers/{id}/usage?period=YYYY-MM`` — needs a bearer key with the
+  ``usage:read`` scope (:mod:`streams.apps.usage_view.access`); answered by the
+  owner of the customer's partition, found by faust's router
+  (``app.router.key_store``): faust hashes the key serialised by the ``customers``
+  table (raw UTF-8 bytes of the customer id) with the producer's partitioner over
+  the changelog topic's partitions. Another instance forwards the request itself
+  (:meth:`UsageEndpoint.forward`: group members only, the caller's key and
+  ``Accept`` only, one hop, ``forward_timeout_s``). aiokafka's ``DefaultPartitioner`` is murmur2 (Java's
+  ``Utils.murmur2``, masked positive, modulo the partition count), the same as
+  librdkafka's ``murmur2_random`` for a non-empty key and the Java client's
+  default, so the owner found is the owner of the partition our producers wrote
+  the customer to (``tests/unit/usage_view/test_partitioning.py`` pins it).
+* ``GET /metrics`` — Prometheus; ``GET /health`` — 200 once the app runs.
+
+Tables (values in :mod:`streams.apps.usage_view.state`): ``customers``, ``periods``,
+``event_ids``. Memory: the store is ``memory://`` (default) or ``rocksdb://``
+(``rocksdict``); a timer drops periods closed longer than the retention (and
+their event ids), writing tombstones to the right changelog partitions so a
+restarted instance does not bring them back (docs/decisions/0098-usage-view-state.md).
+
+A record that does not decode is counted, logged and noted on its customer; the
+view never writes a dead-letter topic (the invoicing workers dead-letter the same
+record in ``billing.account-events.dlq.v1``; a second copy would mean two things).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import aiohttp
+import faust
+from faust.web import Request, Response, View
+from faust.web.exceptions import ServiceUnavailable
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import TypeAdapter, ValidationError
+from yarl import URL
+
+from streams.apps.usage_view import metrics, state
+from streams.apps.usage_view.access import (
+    HOP_HEADER,
+    KeyStore,
+    Refused,
+    authorize,
+    authorize_customer,
+    forward_target,
+    forwarded_headers,
+)
+from streams.apps.usage_view.preview import preview
+from streams.apps.usage_view.price_book import PriceBookSource
+from streams.core.domain.codec import decode
+from streams.core.domain.errors import DomainError, InvalidEvent
+from streams.core.domain.events import CustomerId, UsageMetered, event_models
+from streams.core.domain.http import Problem
+from streams.core.domain.periods import BillingPeriod
+from streams.core.domain.rating import RatingError
+from streams.topics import ACCOUNT_EVENTS, TopicSpec
+
+log = logging.getLogger(__name__)
+
+_CUSTOMER_ID: TypeAdapter[str] = TypeAdapter(CustomerId)
+_ACCOUNT_MODELS = event_models(ACCOUNT_EVENTS.event_types)
+PROBLEM_JSON = "application/problem+json"
+
+
+@dataclass(frozen=True)
+class ViewConfig:
+    """What one view instance runs with (built from settings by :mod:`streams.bootstrap`).
+
+    * ``app_id`` — faust app id: the consumer group, and the prefix of the changelog
+      topics (``<app_id>-<table>-changelog``);
+    * ``brokers`` — ``host:port`` list; ``source_topic`` and its ``partitions``
+      (the changelog topics get as many: faust refuses a mismatch);
+    * ``host``/``port`` — the web server; ``canonical_url`` is ``http://host:port``
+      (``advertised_host`` in place of ``host`` when given)
+      and is what other instances route to;
+    * ``store`` — ``memory://`` or ``rocksdb://``; ``datadir`` — faust's data folder
+      (RocksDB files, per instance and port);
+    * ``standby_replicas`` — standby copies of each table partition kept warm by
+      other instances (0: a new owner recovers from the changelog);
+    * ``retain_closed``/``retain_open`` — how long a closed period (after its close
+      marker) / a period never closed (after its month) stays in the tables;
+    * ``cleanup_interval_s`` — how often the retention runs;
+    * ``changelog_linger_s``/``changelog_batch_bytes`` — the changelog producer's
+      linger (default 10 ms) and batch size (default 512 KiB, under the broker's
+      1 MB message limit); batches are lz4-compressed;
+    * ``forward_timeout_s`` — longest wait for the owner of a partition to answer a
+      forwarded request (seconds, default 2; then 504).
+    """
+
+    app_id: str
+    brokers: str
+    source_topic: str
+    partitions: int
+    host: str
+    port: int
+    store: str
+    datadir: Path
+    standby_replicas: int
+    retain_closed: timedelta
+    retain_open: timedelta
+    cleanup_interval_s: float
+    commit_interval_s: float = 1.0
+    advertised_host: str | None = None
+    #: Replication of the changelog topics (the settings' replication of the source topic).
+    replication_factor: int = 1
+    min_insync_replicas: int = 1
+    #: faust's ``broker_credentials`` (TLS / SASL of the brokers, built by
+    #: :func:`streams.adapters.kafka.faust_credentials`); None: plaintext.
+    broker_credentials: Any = None
+    forward_timeout_s: float = 2.0
+    changelog_linger_s: float = 0.010
+    changelog_batch_bytes: int = 524_288
+
+    @property
+    def canonical_url(self) -> str:
+        """Where the other instances forward this instance's customers' requests:
+        ``http://{advertised_host or host}:{port}``."""
+        return f"http://{self.advertised_host or self.host}:{self.port}"
+
+
+def problem(
+    view: View, status: int, title: str, detail: str | None = None, **extra: Any
+) -> Response:
+    """An RFC 9457 problem details response (401s carry ``WWW-Authenticate: Bearer``)."""
+    body = Problem(title=title, status=status, detail=detail, **extra)
+    headers = {"WWW-Authenticate": 'Bearer realm="invoicing"'} if status == 401 else None
+    return view.bytes(
+        body.model_dump_json(exclude_none=True).encode(),
+        content_type=PROBLEM_JSON,
+        status=status,
+        headers=headers,
+    )
+
+
+def usable_customer_id(key: bytes | None) -> str | None:
+    """The record key as a customer id, when it is one (else ``None``)."""
+    if key is None:
+        return None
+    try:
+        return _CUSTOMER_ID.validate_python(key.decode("utf-8"))
+    except (UnicodeDecodeError, ValidationError):
+        return None
+
+
+def create_app(config: ViewConfig, price_books: PriceBookSource, *, keys: KeyStore) -> faust.App:
+    """The view's faust app (not started: :func:`run_view` runs it); ``keys`` checks the
+    bearer keys of the usage API (the edge's key store).
+
+    Nothing connects before the worker starts; the app id, topics and tables are
+    declared here.
+    """
+    config.datadir.mkdir(parents=True, exist_ok=True)
+    app = faust.App(
+        config.app_id,
+        broker=[f"kafka://{b.strip()}" for b in config.brokers.split(",") if b.strip()],
+        broker_credentials=config.broker_credentials,
+        store=config.store,
+        datadir=str(config.datadir),
+        autodiscover=False,
+        web_enabled=True,
+        # faust's /table (reads any table key) and /router (the group's topology) are
+        # off; routing goes through app.router in-process (UsageEndpoint.forward)
+        web_tables_enabled=False,
+        web_router_enabled=False,
+        web_host=config.host,
+        web_bind=config.host,
+        web_port=config.port,
+        canonical_url=config.canonical_url,
+        topic_partitions=config.partitions,
+        topic_replication_factor=config.replication_factor,
+        table_standby_replicas=config.standby_replicas,
+        consumer_auto_offset_reset="earliest",
+        broker_commit_interval=config.commit_interval_s,
+        producer_acks=-1,
+        # the changelog writes (2-3 records per event) go out in large lz4 batches
+        # instead of aiokafka's 16 KB, no-linger default: docs/usage-api.md, "Throughput"
+        producer_linger=config.changelog_linger_s,
+        producer_max_batch_size=config.changelog_batch_bytes,
+        producer_compression_type="lz4",
+        key_serializer="raw",
+        value_serializer="json",
+        stream_wait_empty=False,
+    )
+    source = app.topic(
+        config.source_topic,
+        key_type=bytes,
+        value_type=bytes,
+        key_serializer="raw",
+        value_serializer="raw",
+        partitions=config.partitions,
+    )
+
+    def table(name: str, help_text: str) -> Any:
+        return app.Table(
+            name,
+            default=None,
+            # key_type=bytes: faust derives the changelog key serializer from the key type
+            # ("raw" for bytes, else JSON): the key must be the raw customer id bytes for
+            # routing to hash what our producers hash
+            key_type=bytes,
+            partitions=config.partitions,
+            help=help_text,
+        )
+
+    customers = table("customers", "customer id → customer state (name, currency, subscriptions)")
+    periods = table("periods", "customer|period → usage to date of that billing period")
+    event_ids = table("event_ids", "event id → 'digest period partition offset' (dedup)")
+    usage_days = table("usage_days", "customer|period|day → that day's metered aggregates")
+    next_offsets: dict[int, int] = {}
+
+    def handle(
+        key: bytes | None, value: bytes | None, headers: Any, partition: int, offset: int
+    ) -> None:
+        try:
+            envelope = decode(key, value, headers, allowed=_ACCOUNT_MODELS)
+        except InvalidEvent as exc:
+            customer_id = usable_customer_id(key)
+            change = state.refused(
+                customers.get(customer_id.encode()) if customer_id else None,
+                customer_id,
+                partition,
+                str(exc),
+            )
+            log.warning(
+                "usage view: refused record %s[%d]@%d (key %r): %s",
+                config.source_topic,
+                partition,
+                offset,
+                customer_id,
+                exc,
+            )
+            if change.customer is not None and customer_id is not None:
+                customers[customer_id.encode()] = change.customer
+            metrics.VIEW_RECORDS.labels("unknown", change.outcome.value).inc()
+            return
+        book, _ = price_books.current()
+        if isinstance(envelope.data, UsageMetered) and book.metric(envelope.data.metric) is None:
+            # a book published a moment ago may define it: look now (rare: once per such event)
+            book, _ = price_books.current(refresh=True)
+        period_name = state.event_period(envelope.data)
+        key_of_period = state.period_key(envelope.subject, period_name) if period_name else None
+        day_key = state.usage_day_key(envelope.subject, envelope.data)
+        try:
+            change = state.apply(
+                envelope,
+                partition=partition,
+                offset=offset,
+                customer=customers.get(envelope.subject.encode()),
+                period=periods.get(key_of_period.encode()) if key_of_period else None,
+                seen=event_ids.get(envelope.id.encode()),
+                book=book,
+                now=datetime.now(UTC),
+                day=usage_days.get(day_key.encode()) if day_key else None,
+            )
+        except (DomainError, RatingError) as exc:
+            # Valid by the contract, but not aggregatable (e.g. the stored usage is of
+            # another shape): counted and noted like an unreadable record.
+            change = state.refused(
+                customers.get(envelope.subject.encode()),
+                envelope.subject,
+                partition,
+                f"{type(exc).__name__}: {exc}",
+            )
+            log.error(
+                "usage view: record %s[%d]@%d not applied: %s",
+                config.source_topic,
+                partition,
+                offset,
+                exc,
+            )
+        # periods and event ids first, the customer last (any order is safe: see state)
+        if change.day is not None and change.day_key is not None:
+            usage_days[change.day_key.encode()] = change.day
+        if change.period is not None and change.period_key is not None:
+            periods[change.period_key.encode()] = change.period
+        if change.event_id_value is not None and change.event_id is not None:
+            event_ids[change.event_id.encode()] = change.event_id_value
+        if change.customer is not None:
+            customers[envelope.subject.encode()] = change.customer
+        if change.outcome is state.Outcome.CONFLICT:
+            log.warning("usage view: %s", change.detail)
+        metrics.VIEW_RECORDS.labels(envelope.type, change.outcome.value).inc()
+
+    @app.agent(source, name="account-events")
+    async def account_events(stream: Any) -> None:
+        async for event in stream.events():
+            message = event.message
+            try:
+                handle(
+                    message.key, message.value, message.headers, message.partition, message.offset
+                )
+            except Exception as exc:
+                # A bug, not bad input (bad input is refused above): stop the instance
+                # loudly rather than skip the record; its partitions move to another
+                # instance, which retries from the last committed offset.
+                log.critical(
+                    "usage view: crashed on %s[%d]@%d",
+                    message.topic,
+                    message.partition,
+                    message.offset,
+                    exc_info=True,
+                )
+                await app.crash(exc)
+                raise
+            next_offsets[message.partition] = message.offset + 1
+            metrics.VIEW_LAST_APPLIED.labels(str(message.partition)).set(time.time())
+
+    async def report_lag() -> None:
+        owned = {tp for tp in app.consumer.assignment() if tp.topic == config.source_topic}
+        for tp in owned:
+            try:
+                high = app.consumer.highwater(tp)
+            except Exception:
+                continue
+            if high is None:
+                continue
+            position = next_offsets.get(tp.partition)
+            if position is None:
+                position = await app.consumer.position(tp) or 0
+            metrics.VIEW_LAG.labels(str(tp.partition)).set(max(0, int(high) - int(position)))
+
+    async def retention() -> None:
+        expire(app, config, customers, periods, event_ids, usage_days)
+
+    app.timer(interval=5.0)(report_lag)
+    app.timer(interval=config.cleanup_interval_s)(retention)
+
+    served_by = config.canonical_url
+
+    @app.page("/v1/customers/{customer_id}/usage")
+    class UsageEndpoint(View):
+        """``GET /v1/customers/{id}/usage?period=YYYY-MM`` (id percent-encoded; bearer key
+        with ``usage:read``)."""
+
+        async def get(self, request: Request, customer_id: str) -> Response:
+            started = time.perf_counter()
+            try:
+                key = authorize(request.headers, keys)
+            except Refused as exc:
+                metrics.VIEW_REQUESTS.labels(str(exc.status), "local").inc()
+                return problem(self, exc.status, exc.title, exc.detail)
+            text = request.query.get("period")
+            if text is None:
+                text = str(BillingPeriod.of(datetime.now(UTC)))
+            try:
+                period = BillingPeriod.parse(text)
+            except DomainError as exc:
+                metrics.VIEW_REQUESTS.labels("400", "local").inc()
+                return problem(self, 400, "Bad period", str(exc))
+            try:
+                _CUSTOMER_ID.validate_python(customer_id)
+            except ValidationError:
+                metrics.VIEW_REQUESTS.labels("404", "local").inc()
+                return problem(
+                    self, 404, "Unknown customer", f"{customer_id!r} is not a customer id"
+                )
+            try:
+                authorize_customer(key, customer_id)
+            except Refused as exc:
+                metrics.VIEW_REQUESTS.labels(str(exc.status), "local").inc()
+                return problem(self, exc.status, exc.title, exc.detail)
+            try:
+                target = self.owner(request, customer_id)
+            except ServiceUnavailable:
+                metrics.VIEW_REQUESTS.labels("503", "routed").inc()
+                return problem(self, 503, "Owner unknown", "the view is rebalancing; retry shortly")
+            except Refused as exc:
+                metrics.VIEW_REQUESTS.labels(str(exc.status), "routed").inc()
+                return problem(self, exc.status, exc.title, exc.detail)
+            if target is None:
+                response = self.owned(customer_id=customer_id, period=period)
+            else:
+                response = await self.forward(request, target, customer_id, str(period))
+            metrics.VIEW_REQUEST_SECONDS.observe(time.perf_counter() - started)
+            return response
+
+        def owner(self, request: Request, customer_id: str) -> URL | None:
+            """The base URL of the instance to forward to, ``None``: answer here.
+
+            Raises:
+                ServiceUnavailable: no owner known (rebalancing).
+                Refused: 508 a second hop; 502 the owner is not of the group.
+            """
+            try:
+                owner = app.router.key_store(customers.name, customer_id)
+            except KeyError as exc:
+                raise ServiceUnavailable() from exc
+            return forward_target(
+                owner,
+                me=served_by,
+                members=app.assignor.tables_metadata().keys(),
+                hop=request.headers.get(HOP_HEADER),
+            )
+
+        async def forward(
+            self, request: Request, target: URL, customer_id: str, period: str
+        ) -> Response:
+            """The owner's answer (status, body and media type as it sent them): 504 when it
+            does not answer within ``forward_timeout_s``, 503 when it cannot be reached."""
+            url = str(target) + usage_path(customer_id, period)
+            try:
+                async with app.http_client.get(
+                    url,
+                    headers=forwarded_headers(request.headers),
+                    timeout=aiohttp.ClientTimeout(total=config.forward_timeout_s),
+                    allow_redirects=False,
+                ) as answer:
+                    body = await answer.read()
+                    status, media = answer.status, answer.content_type
+            except TimeoutError:
+                metrics.VIEW_REQUESTS.labels("504", "routed").inc()
+                return problem(
+                    self,
+                    504,
+                    "Owner timed out",
+                    f"{target} did not answer within {config.forward_timeout_s} s",
+                )
+            except (aiohttp.ClientError, OSError) as exc:  # it may have just died
+                metrics.VIEW_REQUESTS.labels("503", "routed").inc()
+                return problem(self, 503, "Owner unreachable", f"{type(exc).__name__}: {exc}")
+            metrics.VIEW_REQUESTS.labels(str(status), "routed").inc()
+            return self.bytes(body, content_type=media, status=status)
+
+        def owned(self, *, customer_id: str, period: BillingPeriod) -> Response:
+            customer = customers.get(customer_id.encode())
+            if customer is None:
+                metrics.VIEW_REQUESTS.labels("404", "local").inc()
+                return problem(
+                    self,
+                    404,
+                    "Unknown customer",
+                    f"no event of customer {customer_id!r} has reached the view",
+                )
+            book, label = price_books.current()
+            period_state = periods.get(state.period_key(customer_id, str(period)).encode())
+            days = {
+                day: usage_days.get(f"{customer_id}|{period}|{day}".encode()) or state.new_day()
+                for day in (period_state or {}).get("usage_days", [])
+            }
+            try:
+                answer = preview(
+                    customer,
+                    period_state,
+                    period,
+                    days=days,
+                    book=book,
+                    book_label=label,
+                    served_by=served_by,
+                    partition=int(customer["partition"]),
+                )
+            except RatingError as exc:
+                log.exception("usage view: cannot rate %s %s", customer_id, period)
+                metrics.VIEW_REQUESTS.labels("500", "local").inc()
+                return problem(self, 500, "Cannot rate", str(exc))
+            metrics.VIEW_REQUESTS.labels("200", "local").inc()
+            return self.json(answer.model_dump(mode="json"))
+
+    @app.page("/metrics")
+    class MetricsEndpoint(View):
+        async def get(self, request: Request) -> Response:
+            return self.bytes(generate_latest(), content_type=CONTENT_TYPE_LATEST.split(";")[0])
+
+    @app.page("/health")
+    class HealthEndpoint(View):
+        async def get(self, request: Request) -> Response:
+            owned = sorted(
+                tp.partition for tp in app.consumer.assignment() if tp.topic == config.source_topic
+            )
+            return self.json({"status": "ok", "instance": served_by, "partitions": owned})
+
+    _ = account_events, report_lag, retention
+    return app
+
+
+TABLES = ("customers", "periods", "event_ids", "usage_days")
+
+
+def changelog_topics(config: ViewConfig) -> tuple[TopicSpec, ...]:
+    """The tables' changelog topics as faust names them (``<app id>-<table>-changelog``),
+    compacted, with the source topic's partition count and the configured replication. Created before the app starts
+    (:func:`streams.bootstrap.run_usage_view`): a topic that faust creates itself can
+    still show 0 partitions in its consumer's metadata when the first record is
+    handled, and faust then refuses the write (``PartitionsMismatch``)."""
+    return tuple(
+        TopicSpec(
+            name=f"{config.app_id}-{name}-changelog",
+            partitions=config.partitions,
+            key=name,
+            description=f"changelog of the usage view's {name} table",
+            cleanup_policy="compact",
+            replication_factor=config.replication_factor,
+            extra_config={"min.insync.replicas": str(config.min_insync_replicas)},
+        )
+        for name in TABLES
+    )
+
+
+def tables_of(app: faust.App) -> tuple[Any, ...]:
+    """``(customers, periods, event_ids, usage_days)`` of a view app."""
+    return tuple(app.tables[name] for name in TABLES)
+
+
+def expire(
+    app: faust.App,
+    config: ViewConfig,
+    customers: Any,
+    periods: Any,
+    event_ids: Any,
+    usage_days: Any = None,
+) -> dict[str, int]:
+    """Drop the periods past retention on the partitions this instance owns, their
+    event ids, and the period from the customer's list; each deletion is a
+    tombstone on the changelog partition the key lives in (the partition of the
+    records that wrote it), so a restarted owner does not restore it.
+
+    Runs outside stream iteration (a timer), so it names the partition itself
+    (``Table.send_changelog``) instead of relying on the current event's.
+
+    Returns:
+        ``{"periods": n, "event_ids": m}`` dropped.
+    """
+    now = datetime.now(UTC)
+    owned = {
+        tp.partition for tp in app.assignor.assigned_actives() if tp.topic == config.source_topic
+    }
+    gone: dict[bytes, tuple[int, str, str]] = {}
+    gone_days: list[tuple[bytes, int]] = []
+    for key, value in list(periods.items()):
+        if value is None or int(value.get("partition", -1)) not in owned:
+            continue
+        if state.expired(
+            value, now=now, retain_closed=config.retain_closed, retain_open=config.retain_open
+        ):
+            customer_id, period = state.split_period_key(key.decode())
+            gone[key] = (int(value["partition"]), customer_id, period)
+            gone_days.extend(
+                (f"{key.decode()}|{day}".encode(), int(value["partition"]))
+                for day in value.get("usage_days", [])
+            )
+    dropped_ids = 0
+    if gone:
+        periods_gone = {(customer_id, period) for _, customer_id, period in gone.values()}
+        partition_periods = {(partition, period) for partition, _, period in gone.values()}
+        by_customer: dict[str, set[str]] = {}
+        for key, (partition, customer_id, period) in gone.items():
+            _delete(periods, key, partition)
+            by_customer.setdefault(customer_id, set()).add(period)
+        if usage_days is not None:
+            for day_key, partition in gone_days:
+                _delete(usage_days, day_key, partition)
+        # An id's value holds its period and partition, not its customer: an id is
+        # dropped when a dropped period shares both (a customer of the same partition
+        # whose same period is still open keeps ids it may see again, a bound, not a leak:
+        # its own period drops them later).
+        open_on_partition = {
+            (int(v["partition"]), str(v["period"]))
+            for k, v in periods.items()
+            if v is not None and k not in gone
+        }
+        for event_id, value in list(event_ids.items()):
+            if value is None:
+                continue
+            _, id_period, id_partition, _ = state.parse_seen(value)
+            where = (id_partition, str(id_period))
+            if where[0] in owned and where in partition_periods and where not in open_on_partition:
+                _delete(event_ids, event_id, where[0])
+                dropped_ids += 1
+        for customer_id, _dropped in by_customer.items():
+            customer = customers.get(customer_id.encode())
+            if customer is None:
+                continue
+            kept = [p for p in customer["periods"] if (customer_id, p) not in periods_gone]
+            _put(
+                customers,
+                customer_id.encode(),
+                {**customer, "periods": kept},
+                int(customer["partition"]),
+            )
+        metrics.VIEW_EXPIRED.labels("periods").inc(len(gone))
+        metrics.VIEW_EXPIRED.labels("event_ids").inc(dropped_ids)
+        log.info(
+            "usage view retention: dropped %d period(s), %d event id(s)", len(gone), dropped_ids
+        )
+    tables = {"customers": customers, "periods": periods, "event_ids": event_ids}
+    if usage_days is not None:
+        tables["usage_days"] = usage_days
+    for name, tbl in tables.items():
+        metrics.VIEW_KEYS.labels(name).set(sum(1 for _ in tbl))
+    return {"periods": len(gone), "event_ids": dropped_ids}
+
+
+def _delete(table: Any, key: bytes, partition: int) -> None:
+    table.send_changelog(partition, key, None, value_serializer="raw")
+    with contextlib.suppress(KeyError):
+        del table.data[key]
+
+
+def _put(table: Any, key: bytes, value: Any, partition: int) -> None:
+    table.send_changelog(partition, key, value)
+    table.data[key] = value
+
+
+def usage_path(customer_id: str, period: str | None = None) -> str:
+    """The request path of a customer's usage (the id percent-encoded, ``/`` included)."""
+    path = f"/v1/customers/{quote(customer_id, safe='')}/usage"
+    return path if period is None else f"{path}?period={period}"
+
+
+def run_view(
+    app: faust.App, *, loglevel: str = "INFO", on_started: Callable[[], None] | None = None
+) -> None:
+    """Run ``app`` in this process until SIGTERM/SIGINT (faust's worker: it installs the
+    signal handlers, leaves the group and flushes the changelogs on the way out)."""
+    from faust.worker import Worker
+
+    worker = Worker(app, loglevel=loglevel, override_logging=False, quiet=True)
+    if on_started is not None:
+        on_started()
+    worker.execute_from_commandline()
