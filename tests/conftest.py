@@ -1,8 +1,10 @@
 """Shared pytest configuration: tiers by folder, and the settings fixture.
 
-Tests under ``tests/integration``, ``tests/chaos`` and ``tests/fuzz`` are marked
-``integration`` (and ``chaos`` / ``fuzz``) automatically; they run against the real local stack, which the
-``stack`` fixture (tests/integration/conftest.py) brings up when it is not
+Tests under ``tests/tls`` (marked ``tls``) are deselected unless ``-m tls`` is given.
+Tests under ``tests/integration``, ``tests/chaos``, ``tests/fuzz`` and ``tests/security``
+are marked ``integration`` (and ``chaos`` / ``fuzz`` / ``security``) automatically; they run
+against the real local stack, which the ``stack`` fixture (tests/support/fixtures.py) brings
+up when it is not
 running, and they fail (never skip) when a service is missing.
 """
 
@@ -26,7 +28,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "security: a finding of the security review (tests/security, docs/security.md)"
+    )
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # tests/tls runs only when asked (-m tls: make test-tls), on the TLS profile's stack.
+    asked_tls = "tls" in str(config.getoption("markexpr", "") or "")
+    tls_items = [
+        item for item in items if TESTS / "tls" in Path(str(item.fspath)).resolve().parents
+    ]
+    if tls_items and not asked_tls:
+        config.hook.pytest_deselected(items=tls_items)
+        items[:] = [item for item in items if item not in tls_items]
     for item in items:
         path = Path(str(item.fspath)).resolve()
         if TESTS / "integration" in path.parents:
@@ -37,6 +53,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         elif TESTS / "fuzz" in path.parents:
             item.add_marker(pytest.mark.integration)
             item.add_marker(pytest.mark.fuzz)
+        elif TESTS / "security" in path.parents:
+            item.add_marker(pytest.mark.integration)
+            item.add_marker(pytest.mark.security)
 
 
 @pytest.fixture(scope="session")

@@ -8,15 +8,12 @@ carries a "chaos seed" section with the exact command that reruns it with that s
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterator
-from pathlib import Path
+from collections.abc import Generator
 
 import pytest
 
-from streams.settings import Settings
 from tests.chaos.harness import chaos_seed_value, rerun_command
-from tests.support.fixtures import pg, redis_conn, stack, unique
-from tests.support.pipeline import Pipeline, isolated_pipeline
+from tests.support.fixtures import pg, pipeline, redis_conn, stack, unique
 
 __all__ = ["chaos_seed", "pg", "pipeline", "redis_conn", "stack", "unique"]
 
@@ -36,13 +33,6 @@ def chaos_seed(request: pytest.FixtureRequest) -> int:
 def rerun(request: pytest.FixtureRequest, chaos_seed: int) -> str:
     """The exact command that reruns this test with its seed."""
     return rerun_command(chaos_seed, request.node.nodeid)
-
-
-@pytest.fixture
-def pipeline(settings: Settings, unique: str, tmp_path: Path) -> Iterator[Pipeline]:
-    """An isolated pipeline with default consumer settings."""
-    with isolated_pipeline(settings, unique, tmp_path) as p:
-        yield p
 
 
 @pytest.hookimpl(wrapper=True)

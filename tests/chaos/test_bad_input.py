@@ -1,4 +1,5 @@
-"""Chaos scenario 7: duplicates, shuffled order and poison records (DESIGN §3, invariants 3 and 5).
+"""Chaos scenario 7: duplicates, shuffled order and poison records (docs/design.md, invariants 3 and
+5).
 
 The same usage event twice within one batch (resent right after itself) and
 across batches (resent after the workers stored it); customers and usage events

@@ -12,7 +12,7 @@ from decimal import Decimal
 import pytest
 
 from streams.adapters.kafka import make_producer
-from streams.adapters.maildir import list_messages
+from streams.devtools.stack.maildir import list_messages
 from streams.topics import INVOICES_DLQ
 from tests.chaos.harness import (
     SEED_ENV,
@@ -99,7 +99,7 @@ def test_invariant_checks_catch_planted_violations(
     when = (issued_at - timedelta(seconds=1)).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3]
     worker_log.write_text(
         clean_log
-        + f"{when}Z INFO streams.invoicing.worker: claimed {p.topic}[{part}] at generation "
+        + f"{when}Z INFO streams.apps.invoicing.worker: claimed {p.topic}[{part}] at generation "
         f"{gen + 100} as someone-else\n"
     )
     caught("invariant 4")
@@ -119,11 +119,26 @@ def test_invariant_checks_catch_planted_violations(
     caught("invariant 2")
     report = check_invariants(p, w, max_email_copies=2)
     assert report.email_copies[str(message["Message-ID"]).strip()] == 2, report.summary()
+    # ... but only for the one email in flight: a second invoice with two copies is caught.
+    second = next(
+        m
+        for m in list_messages(p.maildir)
+        if m["X-Invoice-Id"] != inv_id and m["Message-ID"] != message["Message-ID"]
+    )
+    key2 = box.add(second.as_bytes())
+    with pytest.raises(AssertionError, match="2 invoices emailed more than once"):
+        check_invariants(p, w, max_email_copies=2)
+    box.remove(key2)
     box.remove(key)
     check_invariants(p, w)
 
-    # (5) an invoice event dead-lettered by the email sender (last: it cannot be undone)
+    # (5) a good record dead-lettered in a scenario without poison
     producer = make_producer(p.settings.kafka)
+    producer.produce(p.dlq_topic, key=b"k", value=b"v", headers=[("dlq.reason", b"planted")])
+    assert producer.flush(10) == 0
+    caught("dead-lettered in a scenario without poison")
+
+    # (5) an invoice event dead-lettered by the email sender (last: it cannot be undone)
     producer.produce(p.settings.kafka.topic_prefix + INVOICES_DLQ.name, key=b"k", value=b"v")
     assert producer.flush(10) == 0
     caught("dead-lettered by the email sender")

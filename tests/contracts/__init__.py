@@ -1,4 +1,4 @@
-"""One contract suite per port (CONVENTIONS "Ports with two implementations").
+"""One contract suite per port (docs/conventions.md "Ports with two implementations").
 
 Each module holds a base class per port (``…Contract``, not collected by itself)
 whose tests use an abstract fixture for the implementation under test. The suite

@@ -1,7 +1,7 @@
-"""Contract of the :class:`~streams.billing.ports.CloseStore` port (``period_closes``).
+"""Contract of the :class:`~streams.core.billing.ports.CloseStore` port (``period_closes``).
 
 Run on the twin (:mod:`streams.adapters.memory.store.closes`) and on PostgreSQL
-(:mod:`streams.billing.store.closes`, a sandbox database).
+(:mod:`streams.core.billing.store.closes`, a sandbox database).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import uuid
 import psycopg
 import pytest
 
-from streams.billing.rows import CloseMarker, SourceCoordinates
+from streams.core.billing.rows import CloseMarker, SourceCoordinates
 from tests.contracts.stores import PERIOD, StoreHarness, unique
 
 

@@ -1,10 +1,10 @@
-"""Contract of the :class:`~streams.billing.ports.DeadLetterSink` port: a published record is
-on the dead-letter topic as it was read plus the ``dlq.*`` headers (DESIGN §3,
-invariant 5); one too large for the producer arrives truncated and says so; one that
-cannot be delivered raises :class:`~streams.billing.dead_letters.DeadLetterError`.
+"""Contract of the :class:`~streams.core.billing.ports.DeadLetterSink` port: a published record is
+on the dead-letter topic as it was read plus the ``dlq.*`` headers (docs/design.md, invariant 5);
+one too large for the producer arrives truncated and says so; one that cannot be delivered raises
+:class:`~streams.core.billing.dead_letters.DeadLetterError`.
 
 Run on :class:`~streams.adapters.memory.dead_letters.InMemoryDeadLetterSink` (unit tier)
-and on :class:`~streams.billing.dead_letters.DeadLetters` with a real producer and a
+and on :class:`~streams.core.billing.dead_letters.DeadLetters` with a real producer and a
 topic of its own on the stack's broker (integration tier). Size refusals by the
 broker's topic configuration stay in ``tests/integration/test_dead_letters.py``.
 """
@@ -18,8 +18,8 @@ from datetime import UTC, datetime
 import pytest
 from confluent_kafka import Message
 
-from streams.billing.dead_letters import TRUNCATED_VALUE_BYTES, DeadLetterError
-from streams.billing.ports import DeadLetterSink
+from streams.core.billing.dead_letters import TRUNCATED_VALUE_BYTES, DeadLetterError
+from streams.core.billing.ports import DeadLetterSink
 
 GROUP = "contract-group"
 

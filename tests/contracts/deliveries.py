@@ -1,8 +1,8 @@
-"""Contract of the email sender's delivery store (the :class:`~streams.email.store.Deliveries`
+"""Contract of the email sender's delivery store (the :class:`~streams.apps.email.store.Deliveries`
 port, ``email_deliveries``): claim before the send, mark after, under the row lock.
 
-Run on the twin (:class:`~streams.adapters.memory.deliveries.InMemoryDeliveryStore`) and
-on PostgreSQL (:class:`~streams.email.store.DeliveryStore`, a sandbox database).
+Run on the twin (:class:`~streams.apps.email.twin.InMemoryDeliveryStore`) and
+on PostgreSQL (:class:`~streams.apps.email.store.DeliveryStore`, a sandbox database).
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import uuid
 
 import pytest
 
-from streams.email.errors import SmtpPermanentError, SmtpTransientError, StoreUnavailable
-from streams.email.render import DocumentRef
-from streams.email.store import ClaimKind, DeliverOutcome, NewDelivery
+from streams.apps.email.errors import SmtpPermanentError, SmtpTransientError, StoreUnavailable
+from streams.apps.email.render import DocumentRef
+from streams.apps.email.store import ClaimKind, DeliverOutcome, NewDelivery
 from tests.contracts.stores import StoreHarness, unique
 
 

@@ -1,9 +1,9 @@
-"""Contract of the :class:`~streams.billing.ports.FenceStore` port: the partition fence
+"""Contract of the :class:`~streams.core.billing.ports.FenceStore` port: the partition fence
 (claims only upward, a stale token's write refused, a claim waits for the write in
-flight), the lease fence and close requests (DESIGN "Ownership and fencing").
+flight), the lease fence and close requests (docs/design.md "Ownership and fencing").
 
 Run on the twin (:mod:`streams.adapters.memory.fencing`) and on PostgreSQL
-(:mod:`streams.billing.fencing`, a sandbox database). Folded in from
+(:mod:`streams.core.billing.fencing`, a sandbox database). Folded in from
 ``tests/integration/test_fencing.py`` (its four tests; the fence row is read through
 the port: a check that passes holds exactly that token, a refused one says what the
 fence holds).
@@ -15,7 +15,7 @@ import threading
 
 import pytest
 
-from streams.billing.fencing import ClaimRefused, Fenced, FencingToken, LeaseFence, LeaseFenced
+from streams.core.billing.fencing import ClaimRefused, Fenced, FencingToken, LeaseFence, LeaseFenced
 from tests.contracts.stores import PERIOD, StoreHarness, unique
 
 
@@ -81,6 +81,23 @@ class FenceStoreContract:
             fences.check(conn, old)
         with harness.tx() as conn:
             fences.check(conn, new)
+
+    def test_one_read_checks_every_partition_of_a_batch(self, harness: StoreHarness) -> None:
+        g = unique("g")
+        mine = [token(g, 5, "member-a", partition=p) for p in (0, 1, 2)]
+        for t in mine:
+            self.claim(harness, t)
+        self.claim(harness, token(g, 6, "member-b", partition=1))  # partition 1 moved on
+        unclaimed = token(g, 5, "member-a", partition=9)
+        with harness.tx() as conn:
+            refused = harness.stores.fences.check_many(conn, [*mine, unclaimed])
+        assert [(f.token.partition, f.stored) for f in refused] == [
+            (1, (6, "member-b")),
+            (9, None),
+        ]
+        with harness.tx() as conn:
+            assert harness.stores.fences.check_many(conn, [mine[0], mine[2]]) == []
+            assert harness.stores.fences.check_many(conn, []) == []
 
     def test_a_claim_waits_for_the_write_in_flight(self, harness: StoreHarness) -> None:
         """The check holds the fence row FOR SHARE until the writer commits: the new owner's

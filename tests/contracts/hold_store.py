@@ -1,7 +1,7 @@
-"""Contract of the :class:`~streams.billing.ports.HoldStore` port (``invoice_holds``).
+"""Contract of the :class:`~streams.core.billing.ports.HoldStore` port (``invoice_holds``).
 
 Run on the twin (:mod:`streams.adapters.memory.store.holds`) and on PostgreSQL
-(:mod:`streams.billing.store.holds`, a sandbox database).
+(:mod:`streams.core.billing.store.holds`, a sandbox database).
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from streams.billing.rows import SourceCoordinates
+from streams.core.billing.rows import SourceCoordinates
 from tests.contracts.stores import PERIOD, StoreHarness, unique
 
 

@@ -1,8 +1,8 @@
-"""Contract of the :class:`~streams.billing.ports.InvoiceStore` port: invoices and their
+"""Contract of the :class:`~streams.core.billing.ports.InvoiceStore` port: invoices and their
 lines, gapless numbering, credit notes and the outbox.
 
 Run on the twin (:mod:`streams.adapters.memory.store.invoices`) and on PostgreSQL
-(:mod:`streams.billing.store.invoices`, a sandbox database). Folded in from
+(:mod:`streams.core.billing.store.invoices`, a sandbox database). Folded in from
 ``tests/integration/test_store.py``: the invoice-number clash.
 """
 
@@ -17,11 +17,11 @@ from typing import Any
 import psycopg
 import pytest
 
-from streams.billing.rows import CreditNoteDraft, Customer
-from streams.billing.store.invoices import InvoiceNumberTaken
-from streams.domain.events import InvoiceVoided
-from streams.email.render import DocumentRef
-from streams.email.store import NewDelivery
+from streams.apps.email.render import DocumentRef
+from streams.apps.email.store import NewDelivery
+from streams.core.billing.rows import CreditNoteDraft, Customer
+from streams.core.billing.store.invoices import InvoiceNumberTaken
+from streams.core.domain.events import InvoiceVoided
 from tests.contracts.stores import NO_FENCE, PERIOD, StoreHarness, draft, line, unique, usage
 
 
@@ -280,7 +280,7 @@ class InvoiceStoreContract:
         first_id, second_id = str(uuid.uuid4()), str(uuid.uuid4())
         inv = harness.stores.invoices
         common: dict[str, Any] = {
-            "topic": "invoices",
+            "topic": "test.billing.invoices.v1",
             "customer_id": customer,
             "source": "/test",
             "time": datetime(2026, 2, 1, tzinfo=UTC),

@@ -1,5 +1,5 @@
-"""Contract of the Kafka ports: :class:`~streams.billing.ports.KafkaSink` (a producer) and
-:class:`~streams.billing.ports.KafkaSource` (a consumer-group member).
+"""Contract of the Kafka ports: :class:`~streams.core.billing.ports.KafkaSink` (a producer) and
+:class:`~streams.core.billing.ports.KafkaSource` (a consumer-group member).
 
 Run on :class:`~streams.adapters.memory.kafka.InMemoryKafka` (unit tier) and on
 confluent-kafka clients against the stack's Kafka broker (integration tier). A
@@ -20,7 +20,7 @@ import pytest
 from confluent_kafka import OFFSET_INVALID, KafkaError, KafkaException, Message, TopicPartition
 
 from streams.adapters.kafka import GroupMetadata, group_metadata
-from streams.billing.ports import KafkaSink, KafkaSource
+from streams.core.billing.ports import KafkaSink, KafkaSource
 from tests.support.kafka import java_partition
 
 

@@ -1,9 +1,9 @@
-"""Contract of the :class:`~streams.billing.ports.MailTransport` port.
+"""Contract of the :class:`~streams.core.billing.ports.MailTransport` port.
 
 Run on :class:`~streams.adapters.memory.mail.InMemoryMailTransport` (unit tier) and
-on :class:`~streams.email.transport.SmtpTransport` against the project's real SMTP
+on :class:`~streams.adapters.smtp.SmtpTransport` against the project's real SMTP
 sink process (integration tier). A subclass provides the ``harness`` fixture.
-Refused recipients are the mailbox simulator's (:mod:`streams.stack.mailbox_simulator`).
+Refused recipients are the mailbox simulator's (:mod:`streams.adapters.memory.mailbox_simulator`).
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from email.utils import format_datetime
 
 import pytest
 
-from streams.billing.ports import MailTransport
-from streams.email.errors import SmtpPermanentError, SmtpTransientError, TransientEmailError
-from streams.stack.mailbox_simulator import BOUNCE, DEFER
+from streams.adapters.memory.mailbox_simulator import BOUNCE, DEFER
+from streams.apps.email.errors import SmtpPermanentError, SmtpTransientError, TransientEmailError
+from streams.core.billing.ports import MailTransport
 
 FROM = "billing@invoicing.example"
 

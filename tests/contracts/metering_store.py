@@ -1,11 +1,11 @@
-"""Contracts of the :class:`~streams.billing.ports.MeteringStore` port
+"""Contracts of the :class:`~streams.core.billing.ports.MeteringStore` port
 (``metered_usage``, ``subscription_events``) and the
-:class:`~streams.billing.ports.PriceBookStore` port (``billable_metrics``,
+:class:`~streams.core.billing.ports.PriceBookStore` port (``billable_metrics``,
 ``plan_versions``).
 
 Run on the twins (:mod:`streams.adapters.memory.store.metering`,
 :mod:`~streams.adapters.memory.store.pricing`) and on PostgreSQL
-(:mod:`streams.billing.store.metering`, :mod:`~streams.billing.store.pricing`, a
+(:mod:`streams.core.billing.store.metering`, :mod:`~streams.core.billing.store.pricing`, a
 sandbox database).
 """
 
@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from streams.billing.rows import MeteredRecord, SourceCoordinates, SubscriptionRecord
-from streams.domain.events import SubscriptionChanged, SubscriptionStarted, UsageMetered
-from streams.domain.rating.book import load_price_book
-from streams.domain.rating.published import entries_of
+from streams.core.billing.rows import MeteredRecord, SourceCoordinates, SubscriptionRecord
+from streams.core.domain.events import SubscriptionChanged, SubscriptionStarted, UsageMetered
+from streams.core.domain.rating.book_yaml import load_price_book
+from streams.core.domain.rating.published import entries_of
 from tests.contracts.stores import PERIOD, StoreHarness, unique
 
 BOOK = Path(__file__).resolve().parents[2] / "examples" / "pricing" / "price-book.yaml"

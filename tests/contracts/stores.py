@@ -6,7 +6,7 @@ The store suites (``usage_store.py``, ``invoice_store.py``, ``hold_store.py``,
 (:class:`~streams.adapters.memory.database.InMemoryDatabase` with
 :data:`~streams.adapters.memory.stores.MEMORY`) in the unit tier and on a sandbox
 PostgreSQL database of their own (migrated to head, dropped afterwards) with
-:data:`~streams.billing.stores.POSTGRES` in the integration tier. The database is
+:data:`~streams.core.billing.stores.POSTGRES` in the integration tier. The database is
 shared by the tests of a run, so every test names its own customers, topics,
 groups and series (:func:`unique`).
 """
@@ -21,18 +21,18 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
-from streams.billing.ports import Database
-from streams.billing.rows import (
+from streams.apps.email.store import Deliveries
+from streams.core.billing.ports import Database
+from streams.core.billing.rows import (
     CloseMarker,
     Customer,
     InvoiceDraft,
     SourceCoordinates,
     UsageRecord,
 )
-from streams.billing.stores import Stores
-from streams.domain.events import CustomerUpserted, TaxAmount, UsageRecorded
-from streams.domain.invoice import InvoiceTotals, TaxedLine, UsageLine
-from streams.email.store import Deliveries
+from streams.core.billing.stores import Stores
+from streams.core.domain.events import CustomerUpserted, TaxAmount, UsageRecorded
+from streams.core.domain.invoice import InvoiceTotals, TaxedLine, UsageLine
 
 PERIOD = "2026-01"
 EVENT_TIME = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)

@@ -1,4 +1,4 @@
-"""Contract of the :class:`~streams.billing.ports.TaxService` port.
+"""Contract of the :class:`~streams.core.billing.ports.TaxService` port.
 
 Run on :class:`~streams.adapters.memory.tax.InMemoryTaxService` (unit tier) and on
 :class:`~streams.adapters.tax.client.HttpTaxService` against the real fake tax
@@ -15,8 +15,8 @@ from decimal import Decimal
 
 import pytest
 
-from streams.billing.ports import Rate, TaxRejected, TaxService, TaxUnavailable
-from streams.domain.invoice import TaxLine
+from streams.core.billing.ports import Rate, TaxRejected, TaxService, TaxUnavailable
+from streams.core.domain.invoice import TaxLine
 
 
 @dataclass(frozen=True)

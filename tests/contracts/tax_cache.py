@@ -1,4 +1,4 @@
-"""Contract of the :class:`~streams.billing.ports.TaxCache` port.
+"""Contract of the :class:`~streams.core.billing.ports.TaxCache` port.
 
 Run on :class:`~streams.adapters.memory.tax_cache.InMemoryTaxCache` (unit tier) and
 on :class:`~streams.adapters.tax.cache.RedisTaxCache` against the stack's Redis
@@ -14,8 +14,8 @@ from decimal import Decimal
 
 import pytest
 
-from streams.billing.ports import Rate, RateKey, TaxCache
-from streams.domain.invoice import TaxedLine
+from streams.core.billing.ports import Rate, RateKey, TaxCache
+from streams.core.domain.invoice import TaxedLine
 
 #: The TTL the harness's caches are built with (seconds).
 TTL_S = 2

@@ -1,9 +1,9 @@
-"""Contract of the :class:`~streams.billing.ports.UsageStore` port (``customers``,
-``usage_lines``) and of the :class:`~streams.billing.ports.Database` it runs on
+"""Contract of the :class:`~streams.core.billing.ports.UsageStore` port (``customers``,
+``usage_lines``) and of the :class:`~streams.core.billing.ports.Database` it runs on
 (transactions: commit at the end of the block, rollback on an exception, savepoints).
 
 Run on the twin (:mod:`streams.adapters.memory.store.usage`) and on PostgreSQL
-(:mod:`streams.billing.store.usage`, a sandbox database). Folded in from
+(:mod:`streams.core.billing.store.usage`, a sandbox database). Folded in from
 ``tests/integration/test_store.py``: the two batch deduplication checks.
 """
 
@@ -14,7 +14,7 @@ from decimal import Decimal
 
 import pytest
 
-from streams.billing.rows import Customer, SourceCoordinates
+from streams.core.billing.rows import Customer, SourceCoordinates, UsageRow
 from tests.contracts.stores import (
     EVENT_TIME,
     NO_FENCE,
@@ -26,6 +26,29 @@ from tests.contracts.stores import (
     unique,
     usage,
 )
+
+
+def hot_row(
+    customer: str,
+    event_id: str,
+    amount: str,
+    offset: int,
+    topic: str,
+    *,
+    quantity: str | None = None,
+    digest: str | None = None,
+) -> UsageRow:
+    """A hot-path row as the fast decoder gives it (text values, the time as written)."""
+    values = (customer, PERIOD, amount, "USD", quantity, "GB" if quantity else None, None, None,
+              "sku-1", 'Storage "cold"\\tier\nline 2', "eu-west-1", "Usage", "AWS",
+              "2024-09-02T12:30:00+02:00")  # fmt: skip
+    return UsageRow(
+        event_id,
+        values,
+        datetime(2024, 9, 2, 10, 30, tzinfo=UTC),
+        digest or ("0" * 63 + str(len(amount) % 10)),
+        SourceCoordinates(topic, 0, offset),
+    )
 
 
 class Boom(Exception):
@@ -125,6 +148,62 @@ class UsageStoreContract:
             assert [c.record.source.offset for c in conflicts] == [7]
             stored = harness.stores.usage.usage_before(conn, customer, PERIOD, "t", 0, 100)
             assert [(s.amount, s.source_offset) for s in stored] == [(Decimal("2.00"), 5)]
+
+    # ------------------------------------------------------------------ the hot path's rows
+
+    def test_rows_are_stored_and_read_back_exactly(self, harness: StoreHarness) -> None:
+        customer, topic = unique("c"), unique("t")
+        first = hot_row(customer, unique("e"), "0.000000123456789", 3, topic, quantity="2.50")
+        second = hot_row(customer, unique("e"), "-1.50", 7, topic)
+        with harness.tx() as conn:
+            assert harness.stores.usage.insert_usage_rows(conn, [second, first]) == []
+        with harness.tx() as conn:
+            got = harness.stores.usage.usage_before(conn, customer, PERIOD, topic, 0, 100)
+        assert [(g.event_id, str(g.amount), g.quantity) for g in got] == [
+            (first.event_id, "1.23456789E-7", Decimal("2.50")),
+            (second.event_id, "-1.50", None),
+        ]
+        assert got[0].event_time == datetime(2024, 9, 2, 10, 30, tzinfo=UTC)
+        assert got[0].description == 'Storage "cold"\\tier\nline 2'
+
+    def test_a_row_equal_in_canonical_form_is_a_duplicate(self, harness: StoreHarness) -> None:
+        customer, event_id, topic = unique("c"), unique("e"), unique("t")
+        with harness.tx() as conn:
+            harness.stores.usage.insert_usage_rows(
+                conn, [hot_row(customer, event_id, "1.0", 1, topic)]
+            )
+        # another raw value (other digest), the same amount: a no-op, not a conflict
+        again = hot_row(customer, event_id, "1.000", 5, topic, digest="f" * 64)
+        with harness.tx() as conn:
+            assert harness.stores.usage.insert_usage_rows(conn, [again]) == []
+
+    def test_another_payload_under_a_stored_or_batch_id_is_a_conflict(
+        self, harness: StoreHarness
+    ) -> None:
+        customer, topic = unique("c"), unique("t")
+        stored, fresh = unique("e"), unique("e")
+        with harness.tx() as conn:
+            harness.stores.usage.insert_usage_rows(
+                conn, [hot_row(customer, stored, "1.00", 1, topic)]
+            )
+        batch = [
+            hot_row(customer, stored, "2.00", 2, topic, digest="a" * 64),
+            hot_row(customer, fresh, "3.00", 3, topic, digest="b" * 64),
+            hot_row(customer, fresh, "4.00", 4, topic, digest="c" * 64),
+            hot_row(customer, fresh, "3.00", 5, topic, digest="b" * 64),
+        ]
+        with harness.tx() as conn:
+            conflicts = harness.stores.usage.insert_usage_rows(conn, batch)
+        assert sorted((c.row.source.offset, c.stored_source.offset) for c in conflicts) == [
+            (2, 1),
+            (4, 3),
+        ]
+        with harness.tx() as conn:
+            got = harness.stores.usage.usage_before(conn, customer, PERIOD, topic, 0, 100)
+        assert [(g.event_id, g.amount) for g in got] == [
+            (stored, Decimal("1.00")),
+            (fresh, Decimal("3.00")),
+        ]
 
     def test_usage_before_selects_customer_period_partition_and_offset(
         self, harness: StoreHarness

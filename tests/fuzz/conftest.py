@@ -7,15 +7,12 @@ a failed test's report carries a "fuzz seed" section with the exact rerun comman
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterator
-from pathlib import Path
+from collections.abc import Generator
 
 import pytest
 
-from streams.settings import Settings
 from tests.fuzz.harness import fuzz_seed_value, rerun_command
-from tests.support.fixtures import pg, redis_conn, stack, unique
-from tests.support.pipeline import Pipeline, isolated_pipeline
+from tests.support.fixtures import pg, pipeline, redis_conn, stack, unique
 
 __all__ = ["fuzz_seed", "pg", "pipeline", "redis_conn", "stack", "unique"]
 
@@ -30,12 +27,6 @@ def fuzz_seed(request: pytest.FixtureRequest) -> int:
     request.node.stash[_SEED_KEY] = seed
     print(f"\nfuzz seed {seed}; rerun: {rerun_command(seed, request.node.nodeid)}")
     return seed
-
-
-@pytest.fixture
-def pipeline(settings: Settings, unique: str, tmp_path: Path) -> Iterator[Pipeline]:
-    with isolated_pipeline(settings, unique, tmp_path) as p:
-        yield p
 
 
 @pytest.hookimpl(wrapper=True)

@@ -1,10 +1,9 @@
 """Generated Kafka records for the fuzz suite: valid, mutated valid and hostile.
 
-One generator per topic: :func:`account_record` makes a record for
-``billing.account-events.v1`` and :func:`invoice_record` one for
-``billing.invoices.v1``; each is a :class:`FuzzRecord` (key, value, headers as a
-producer sends them, and a description of what made it). The mix (DESIGN §3
-invariant 5, issue 10 deliverable 2):
+One generator per topic: :func:`account_record` makes a record for ``billing.account-events.v1`` and
+:func:`invoice_record` one for ``billing.invoices.v1``; each is a :class:`FuzzRecord` (key, value,
+headers as a producer sends them, and a description of what made it). The mix (docs/design.md,
+invariant 5; docs/contract.md):
 
 =====================  ==============================================================
 ``valid``              a valid CloudEvents binary-mode record of an event type of the
@@ -75,6 +74,10 @@ class FuzzRecord:
     value: bytes | None
     headers: Headers
     made_by: str
+    #: Why the contract must refuse this record, when the generator knows it must (random
+    #: bytes, deep JSON, a truncated value, invalid UTF-8, a NUL byte, an amount as a JSON
+    #: number): the fuzz tests' oracle, independent of the codec. None: no such knowledge.
+    must_refuse: str | None = None
 
     def short(self) -> str:
         """A one-line description for failure messages."""
@@ -171,7 +174,7 @@ def _uuid(pick: Picker) -> str:
 
 
 def account_data(pick: Picker, event_type: str, customer: str) -> dict[str, Any]:
-    """Valid data of ``event_type`` for ``customer`` (the contract of streams.domain.events)."""
+    """Valid data of ``event_type`` for ``customer`` (the contract of streams.core.domain.events)."""
     at = instant(pick)
     if event_type == "customer.upserted":
         data: dict[str, Any] = {
@@ -481,20 +484,29 @@ def record(
         made, data, customer = _valid(pick, types, data_of, pool)
         key, value, headers = made.key, made.value, made.headers
         done: list[str] = []
+        last_payload: str | None = None  # each payload mutation starts again from ``data``
         for _ in range(pick.integer(1, 3)):
             part = choice(pick, ("payload", "payload", "payload", "headers", "key", "subject"))
             if part == "payload":
                 value, what = mutate_payload(pick, data)
+                last_payload = what
             elif part == "headers":
                 headers, what = mutate_headers(pick, headers)
             elif part == "key":
                 key, what = mutate_key(pick, made.key or b"", customer, pool)
             else:
-                other = choice(pick, pool)
+                others = [c for c in pool if c != customer] or [f"{customer}-other"]
+                other = choice(pick, others)
                 headers = [(n, other.encode() if n == "ce_subject" else v) for n, v in headers]
                 what = "ce_subject other customer"
             done.append(what)
-        return FuzzRecord(key, value, headers, f"mutated {made.made_by[6:]}: {'; '.join(done)}")
+        return FuzzRecord(
+            key,
+            value,
+            headers,
+            f"mutated {made.made_by[6:]}: {'; '.join(done)}",
+            _must_refuse(last_payload, value),
+        )
     customer = choice(pick, pool)
     event_type = choice(pick, types)
     headers = headers_for(f"fz-{_uuid(pick)}", event_type, customer, "2025-03-02T00:00:00Z")
@@ -505,6 +517,7 @@ def record(
             pick.binary(512) if flip(pick) else None,
             [(choice(pick, names), pick.binary(32)) for _ in range(pick.integer(0, 4))],
             "bytes",
+            "random bytes",  # never carries ce_specversion or ce_source
         )
     if kind == 8:
         return FuzzRecord(
@@ -513,8 +526,45 @@ def record(
     depth = choice(pick, (999, 5_000, 100_000))
     shape = choice(pick, ("list", "object"))
     return FuzzRecord(
-        customer.encode(), _deep(depth, shape).encode(), headers, f"deep {shape} {depth}"
+        customer.encode(),
+        _deep(depth, shape).encode(),
+        headers,
+        f"deep {shape} {depth}",
+        "deep JSON",
     )
+
+
+#: Value mutations (:func:`mutate_payload`) whose result no contract accepts.
+_REFUSED_EDITS = {
+    "truncate": "truncated JSON",
+    "invalid_utf8": "invalid UTF-8",
+    "nul": "NUL byte",
+    "deep": "deep JSON",
+}
+
+
+def _must_refuse(last_payload: str | None, value: bytes | None) -> str | None:
+    """Why a mutated record must be refused, from the mutation that made its value (the
+    last payload mutation: each one starts from the valid data again)."""
+    if last_payload is None:
+        return None
+    edit = last_payload.split(" ", 1)[0]
+    if edit in _REFUSED_EDITS:
+        return _REFUSED_EDITS[edit]
+    if last_payload == "exponent amount":
+        return "float amount"
+    if last_payload == "bigint amount":  # over 4,300 digits: no JSON reader makes it a number
+        return "amount as a huge JSON integer"
+    if last_payload in ("replace amount", "add amount") and value is not None:
+        try:
+            amount = json.loads(value).get("amount")
+        except ValueError:
+            return None
+        # A float or a boolean: money is a decimal string on the wire. (A JSON integer is
+        # accepted by the models, see streams.core.domain.money.parse_decimal.)
+        if isinstance(amount, bool | float):
+            return "float amount"
+    return None
 
 
 def _any_json(pick: Picker, depth: int) -> Any:

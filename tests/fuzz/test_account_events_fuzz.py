@@ -5,7 +5,7 @@ types, huge and very precise numbers, control characters, invalid UTF-8, oversiz
 values, deep JSON, missing or wrong headers, keys that disagree with the payload)
 are interleaved with the records of clean customers on every partition, then read
 by two invoicing worker processes; then ``close-period`` scans the topic and a
-replay (dry run) re-reads it. Asserted (DESIGN §3, invariants 3 and 5):
+replay (dry run) re-reads it. Asserted (docs/design.md, invariants 3 and 5):
 
 * no worker process dies;
 * every partition's lag reaches zero (bad input never stalls a partition);
@@ -26,25 +26,31 @@ import time
 
 import pytest
 
+from streams.apps.invoicing.worker import ACCOUNT_EVENT_TYPES
+from streams.apps.replay.report import Mode
 from streams.bootstrap import replay_period, run_close_period
-from streams.domain.money import round_money
-from streams.invoicing.worker import ACCOUNT_EVENT_TYPES
-from streams.replay.report import Mode
+from streams.core.domain.money import round_money
 from tests.fuzz.harness import (
+    MIN_ACCEPTED_SHARE,
+    accepted,
     check_dead_letters,
+    check_must_refuse,
     clean_customers,
     clean_records,
     dead_letters,
+    is_stored,
     partition_lags,
     produce,
     refused,
+    stored_account_events,
     wait_until,
 )
 from tests.fuzz.records import generate
 from tests.support.pipeline import Pipeline
 
 PERIOD = "2025-03"
-#: Generated records per run (issue 10: at least 10,000 per CI run).
+#: Generated records per run (at least 10,000 per CI run:
+#: docs/decisions/0094-independent-oracles.md).
 RECORDS = int(os.environ.get("FUZZ_RECORDS", "10000"))
 
 
@@ -70,6 +76,16 @@ def test_generated_records_never_stall_or_crash_worker_close_or_replay(
         if not is_clean and refused(record, ACCOUNT_EVENT_TYPES) is not None
     }
     clean_at = {at for at, (_r, is_clean) in zip(coords, tagged, strict=True) if is_clean}
+    must = check_must_refuse(generated, ACCOUNT_EVENT_TYPES)
+    accepted_at = {
+        at: envelope
+        for at, (record, is_clean) in zip(coords, tagged, strict=True)
+        if not is_clean and (envelope := accepted(record, ACCOUNT_EVENT_TYPES)) is not None
+    }
+    assert len(accepted_at) >= MIN_ACCEPTED_SHARE * len(generated), (
+        f"only {len(accepted_at)} of {len(generated)} generated records accepted by the codec"
+    )
+    print(f"fuzz: must be refused, by reason {must}; accepted {len(accepted_at)}")
     print(
         f"fuzz: produced {len(records)} records ({len(generated)} generated, {len(bad)} refused "
         f"by the codec; {len(clean_recs)} clean of {len(clean)} customers) in {produced_s:.1f}s"
@@ -129,8 +145,20 @@ def test_generated_records_never_stall_or_crash_worker_close_or_replay(
     assert subtotals() == wanted
     wait_until("no lag after the close", no_lag, 120, detail)
 
-    kinds = check_dead_letters(dead_letters(p.settings, p.dlq_topic), p.topic, bad, clean_at)
+    letters = dead_letters(p.settings, p.dlq_topic)
+    kinds = check_dead_letters(letters, p.topic, bad, clean_at)
     print(f"fuzz: dead letters by kind {kinds}")
+    # Every accepted record is stored (by its event id) or dead-lettered: none dropped.
+    dead_at = {letter.coords for letter in letters}
+    stored = stored_account_events(p.settings)
+    dropped = [
+        (at, env.data.event_type, env.id)
+        for at, env in accepted_at.items()
+        if at not in dead_at and not is_stored(env, stored)
+    ]
+    assert not dropped, (
+        f"{len(dropped)} accepted records neither stored nor dead-lettered, e.g. {dropped[:5]}"
+    )
     assert kinds.get("unwritable", 0) == 0, (
         "records the contract accepted but PostgreSQL refused: the contract misses a bound"
     )

@@ -9,15 +9,20 @@ database: the same seed draws the same examples.
 
 Properties, for every generated account-events record:
 
-1. the codec either decodes it or raises :class:`~streams.domain.errors.InvalidEvent`
+1. the codec either decodes it or raises :class:`~streams.core.domain.errors.InvalidEvent`
    — never anything else (a consumer would not know what it means);
 2. a record it decodes can be written by the billing store to the real PostgreSQL
    (inside a transaction rolled back): the contract carries every bound the database
-   needs, so no valid record is ever ``unwritable``.
+   needs, so no valid record is ever ``unwritable``;
+3. the workers' fast path: a record the fast decoder vouches for
+   (:func:`~streams.core.domain.fastcodec.decode_usage`) is one the codec decodes, and
+   its row is written by the hot path's batch write (``COPY`` into ``usage_staging``,
+   :func:`~streams.core.billing.store.usage.insert_usage_rows`) to the same database.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 from typing import Any
 
@@ -25,11 +30,12 @@ import psycopg
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
-from streams.billing import rows, store
-from streams.billing.failures import classify
-from streams.domain.codec import decode
-from streams.domain.errors import InvalidEvent
-from streams.domain.events import (
+from streams.apps.invoicing.worker import ACCOUNT_EVENT_TYPES
+from streams.core.billing import rows, store
+from streams.core.billing.failures import classify
+from streams.core.domain.codec import decode
+from streams.core.domain.errors import InvalidEvent
+from streams.core.domain.events import (
     CustomerUpserted,
     SubscriptionChanged,
     SubscriptionEnded,
@@ -37,7 +43,7 @@ from streams.domain.events import (
     UsageMetered,
     UsageRecorded,
 )
-from streams.invoicing.worker import ACCOUNT_EVENT_TYPES
+from streams.core.domain.fastcodec import decode_usage
 from tests.fuzz.records import HypothesisPicker, account_record
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "1500"))
@@ -48,6 +54,7 @@ def test_every_record_is_refused_by_the_codec_or_writable(
     pg: psycopg.Connection[Any], fuzz_seed: int
 ) -> None:
     accepted: list[str] = []
+    vouched: list[str] = []
 
     @seed(fuzz_seed)
     @settings(
@@ -59,15 +66,24 @@ def test_every_record_is_refused_by_the_codec_or_writable(
     @given(st.data())
     def check(data: st.DataObject) -> None:
         record = account_record(HypothesisPicker(data))
+        fast = decode_usage(record.key, record.value, record.headers)
         try:
             envelope = decode(record.key, record.value, record.headers, allowed=ACCOUNT_EVENT_TYPES)
         except InvalidEvent:
+            assert fast is None, f"the fast path vouched for a refused record: {record.short()}"
             return
         except Exception as exc:  # property 1
             raise AssertionError(
                 f"the codec raised {type(exc).__name__} (not InvalidEvent) for {record.short()}"
             ) from exc
         accepted.append(envelope.type)
+        if fast is not None:  # property 3
+            vouched.append(fast.event_id)
+            assert envelope.type == "usage.recorded" and envelope.id == fast.event_id
+            digest = hashlib.sha256(record.value or b"").hexdigest()
+            row = rows.UsageRow(fast.event_id, fast.values, fast.event_time, digest, SOURCE)
+            with pg.transaction(force_rollback=True):
+                assert store.usage.insert_usage_rows(pg, [row]) == []
         payload = envelope.data
         try:
             with pg.transaction(force_rollback=True):
@@ -92,4 +108,7 @@ def test_every_record_is_refused_by_the_codec_or_writable(
             ) from exc
 
     check()
-    print(f"fuzz(property): {EXAMPLES} examples, {len(accepted)} decoded by the codec")
+    print(
+        f"fuzz(property): {EXAMPLES} examples, {len(accepted)} decoded by the codec, "
+        f"{len(vouched)} of them by the fast path"
+    )

@@ -1,21 +1,22 @@
 """Fuzz: generated invoice-topic records through a real email sender process.
 
 Generated records for ``billing.invoices.v1`` (tests/fuzz/records.py:
-:func:`~tests.fuzz.records.invoice_record`, the same mix as the account events:
-valid, mutated valid, random bytes, wrong types, huge and very precise numbers,
-control characters, invalid UTF-8, oversize values, deep JSON, missing or wrong
-headers, keys that disagree with the payload) are interleaved with clean
-``invoice.issued`` events, produced to the sandbox's invoices topic and read by one
-email sender process (its SMTP sink is the sandbox's). Asserted (DESIGN §3,
-invariant 5; issue 10 deliverable 2, "the same for the email sender"):
+:func:`~tests.fuzz.records.invoice_record`, the same mix as the account events: valid, mutated
+valid, random bytes, wrong types, huge and very precise numbers, control characters, invalid UTF-8,
+oversize values, deep JSON, missing or wrong headers, keys that disagree with the payload) are
+interleaved with clean ``invoice.issued`` events, produced to the sandbox's invoices topic and read
+by one email sender process (its SMTP sink is the sandbox's). Asserted (docs/design.md, invariant 5,
+for the email sender as for the workers):
 
 * the sender process never dies;
 * every partition of the invoices topic is read to its end by the email group;
 * every record the codec refuses is on the invoices dead-letter topic exactly once,
   with a reason, its source coordinates and its original key and value; nothing is
   dead-lettered twice, and no clean record at all;
-* every clean invoice is emailed (``email_deliveries`` ``sent``) and no email is
-  sent twice (one message per Message-ID in the sink's Maildir).
+* every clean invoice (its row stored, as issuance would) is emailed with its PDF
+  (``email_deliveries`` ``sent``) and no email is sent twice (one message per Message-ID
+  in the sink's Maildir); a generated ``invoice.issued`` whose document is not stored is
+  recorded ``skipped`` (``render_failed``), never retried forever.
 """
 
 from __future__ import annotations
@@ -29,12 +30,15 @@ from decimal import Decimal
 
 import pytest
 
-from streams.adapters.maildir import count_by_header
-from streams.domain.codec import encode
-from streams.domain.events import Envelope, InvoiceIssued
-from streams.email.sender import ALLOWED_TYPES, invoices_dlq_topic
+from streams.apps.email.sender import ALLOWED_TYPES, invoices_dlq_topic
+from streams.core.domain.codec import encode
+from streams.core.domain.events import Envelope, InvoiceIssued
+from streams.devtools.stack.maildir import count_by_header
 from tests.fuzz.harness import (
+    MIN_ACCEPTED_SHARE,
+    accepted,
     check_dead_letters,
+    check_must_refuse,
     dead_letters,
     partition_lags,
     produce,
@@ -42,6 +46,7 @@ from tests.fuzz.harness import (
     wait_until,
 )
 from tests.fuzz.records import FuzzRecord, generate, invoice_record
+from tests.support.documents import store_invoice
 from tests.support.pipeline import Pipeline
 
 #: Generated invoice-topic records per run (the account-events test carries the 10,000).
@@ -49,8 +54,9 @@ RECORDS = int(os.environ.get("FUZZ_EMAIL_RECORDS", "3000"))
 CLEAN = 60
 
 
-def clean_invoices(unique: str, rng: random.Random) -> list[tuple[str, FuzzRecord]]:
-    """``CLEAN`` valid ``invoice.issued`` records with a non-zero total: (customer, record)."""
+def clean_invoices(unique: str, rng: random.Random) -> list[tuple[str, FuzzRecord, InvoiceIssued]]:
+    """``CLEAN`` valid ``invoice.issued`` records with a non-zero total: (customer, record,
+    the event's data, whose invoice row the test stores for the PDF)."""
     out = []
     for n in range(CLEAN):
         customer = f"clean-{unique}-{n:03d}"
@@ -73,7 +79,11 @@ def clean_invoices(unique: str, rng: random.Random) -> list[tuple[str, FuzzRecor
         )
         encoded = encode(Envelope.wrap(data, id=f"ii-{customer}", source="/t"))
         out.append(
-            (customer, FuzzRecord(encoded.key, encoded.value, encoded.headers, "clean invoice"))
+            (
+                customer,
+                FuzzRecord(encoded.key, encoded.value, encoded.headers, "clean invoice"),
+                data,
+            )
         )
     return out
 
@@ -86,7 +96,10 @@ def test_generated_invoice_events_never_stall_or_crash_the_email_sender(
     rng = random.Random(fuzz_seed)
     generated = generate(fuzz_seed, RECORDS, make=invoice_record)
     clean = clean_invoices(p.unique, rng)
-    tagged = [(r, False) for r in generated] + [(r, True) for _c, r in clean]
+    with p.connect() as conn:  # the clean invoices' rows: the sender renders their PDFs
+        for _c, _r, data in clean:
+            store_invoice(conn, data)
+    tagged = [(r, False) for r in generated] + [(r, True) for _c, r, _d in clean]
     rng.shuffle(tagged)
     records = [r for r, _ in tagged]
 
@@ -97,6 +110,16 @@ def test_generated_invoice_events_never_stall_or_crash_the_email_sender(
         if not is_clean and refused(record, ALLOWED_TYPES) is not None
     }
     clean_at = {at for at, (_r, is_clean) in zip(coords, tagged, strict=True) if is_clean}
+    must = check_must_refuse(generated, ALLOWED_TYPES)
+    accepted_at = {
+        at: envelope
+        for at, (record, is_clean) in zip(coords, tagged, strict=True)
+        if not is_clean and (envelope := accepted(record, ALLOWED_TYPES)) is not None
+    }
+    assert len(accepted_at) >= MIN_ACCEPTED_SHARE * len(generated), (
+        f"only {len(accepted_at)} of {len(generated)} generated records accepted by the codec"
+    )
+    print(f"fuzz(email): must be refused, by reason {must}; accepted {len(accepted_at)}")
     print(
         f"fuzz(email): produced {len(records)} records ({len(generated)} generated, "
         f"{len(bad)} refused by the codec; {len(clean)} clean invoices)"
@@ -127,12 +150,27 @@ def test_generated_invoice_events_never_stall_or_crash_the_email_sender(
         f"({len(records) / max(elapsed, 1e-9):.0f} records/s, from start-up)"
     )
 
-    kinds = check_dead_letters(
-        dead_letters(p.settings, invoices_dlq_topic(p.settings)), p.invoices_topic, bad, clean_at
-    )
+    letters = dead_letters(p.settings, invoices_dlq_topic(p.settings))
+    kinds = check_dead_letters(letters, p.invoices_topic, bad, clean_at)
     print(f"fuzz(email): dead letters by kind {kinds}")
+    assert kinds.get("unwritable", 0) == 0, (
+        "invoice events the contract accepted but PostgreSQL refused: the contract misses a bound"
+    )
+    # Every accepted invoice or credit note has its delivery row (sent, skipped, refused:
+    # by its event id) or is dead-lettered; a voided invoice is ignored by design.
+    dead_at = {letter.coords for letter in letters}
+    with p.connect() as conn:
+        delivered = {str(r[0]) for r in conn.execute("SELECT event_id FROM email_deliveries")}
+    dropped = [
+        (at, env.data.event_type, env.id)
+        for at, env in accepted_at.items()
+        if env.data.event_type != "invoice.voided" and at not in dead_at and env.id not in delivered
+    ]
+    assert not dropped, (
+        f"{len(dropped)} accepted invoice events neither delivered nor dead-lettered: {dropped[:5]}"
+    )
 
-    wanted = {customer for customer, _r in clean}
+    wanted = {customer for customer, _r, _d in clean}
     with p.connect() as conn:
         sent = {
             row[0]

@@ -1,5 +1,5 @@
 """Integration tier: real services (see tests/support/fixtures.py)."""
 
-from tests.support.fixtures import pg, redis_conn, stack, unique
+from tests.support.fixtures import pg, pipeline, redis_conn, stack, unique
 
-__all__ = ["pg", "redis_conn", "stack", "unique"]
+__all__ = ["pg", "pipeline", "redis_conn", "stack", "unique"]

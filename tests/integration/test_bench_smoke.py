@@ -1,9 +1,9 @@
 """CI smoke of the benchmark harness: ``python -m benchmarks run --set smoke`` runs on
 the real stack and prints every row beside a baseline measured in the same run.
 
-Speed is never asserted (issue 11): only that the harness ran, that every scenario
-produced its rows, and that each row has a measured baseline and a ratio, in the
-JSON report and in the printed table.
+Speed is never asserted (docs/conventions.md "Tests that can fail"): only that the harness ran, that
+every scenario produced its rows, and that each row has a measured baseline and a ratio, in the JSON
+report and in the printed table.
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ import psycopg
 import pytest
 import redis
 from confluent_kafka import Consumer, Message, Producer
+from prometheus_client import REGISTRY
 from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool
 from typer.testing import CliRunner
@@ -28,17 +29,19 @@ from typer.testing import CliRunner
 from streams import bootstrap
 from streams.adapters.kafka import ensure_topics
 from streams.adapters.lease import DEFAULT_KEY_PREFIX, Lease, LeaseBusy, LeaseUnavailable
-from streams.domain.codec import decode
-from streams.domain.events import BillingPeriodClosed, UsageRecorded, close_marker_id
-from streams.domain.focus import FocusUsage, iter_focus_rows
+from streams.apps.importers.close_period import CloseAborted, close_period, lease_name_for
+from streams.apps.importers.focus_import import import_focus
+from streams.core.domain.codec import decode
+from streams.core.domain.events import BillingPeriodClosed, UsageRecorded, close_marker_id
+from streams.core.domain.focus import FocusUsage, iter_focus_rows
 from streams.entrypoints.app import app
-from streams.importers.close_period import CloseAborted, close_period, lease_name_for
-from streams.importers.focus_import import import_focus
 from streams.settings import Settings
 from streams.topics import ACCOUNT_EVENTS
 from tests.support.kafka import drain, headers_of, java_partition
 
-pytestmark = pytest.mark.integration
+# The stack's own database and outbox connector (no sandbox): never beside another module
+# that uses them (pytest-xdist --dist loadgroup keeps a group on one worker).
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("stack-database")]
 
 SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "focus" / "focus_sample.csv"
 
@@ -284,18 +287,31 @@ def test_redis_down_refuses_to_start_and_emits_nothing(
 class _LeaseThief:
     """A producer that, on the first marker, deletes the run's lease key behind its back."""
 
-    def __init__(self, inner: Producer, redis_conn: redis.Redis, key: str) -> None:
+    def __init__(self, inner: Producer, redis_conn: redis.Redis, key: str, lease: str) -> None:
         self.inner = inner
         self.redis_conn = redis_conn
         self.key = key
+        self.lease = lease
         self.stolen = False
+        self.noticed = False
+
+    def lost_count(self) -> float:
+        value = REGISTRY.get_sample_value(
+            "invoicing_lease_lost_while_running_total", {"lease": self.lease}
+        )
+        return value or 0.0
 
     def produce(self, *args: Any, **kwargs: Any) -> None:
         self.inner.produce(*args, **kwargs)
         if not self.stolen:
             self.stolen = True
+            before = self.lost_count()
             self.redis_conn.delete(self.key)
-            time.sleep(0.6)  # longer than TTL/3: the renewal thread notices
+            # Until the renewal thread has declared the lease lost (its metric), not a sleep.
+            deadline = time.monotonic() + 10
+            while self.lost_count() == before and time.monotonic() < deadline:
+                time.sleep(0.02)
+            self.noticed = self.lost_count() > before
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -313,13 +329,14 @@ def test_a_lease_lost_part_way_aborts_the_run(
     customers = [f"lost-{unique}-{i}" for i in range(3)]
     for i, customer in enumerate(customers):
         insert_usage(pg, topic, customer, "2024-09", i)
-    key = DEFAULT_KEY_PREFIX + lease_name_for("2024-09", prefixed)
-    thief = _LeaseThief(producer, redis_conn, key)
+    lease = lease_name_for("2024-09", prefixed)
+    thief = _LeaseThief(producer, redis_conn, DEFAULT_KEY_PREFIX + lease, lease)
     with pytest.raises(CloseAborted) as aborted:
         close_period(
             "2024-09", prefixed, producer=thief, redis_conn=redis_conn, pool=pool,  # type: ignore[arg-type]
             scan_consumer=scan_consumer_of(prefixed), lease_ttl_s=1.2, progress=False,
         )  # fmt: skip
+    assert thief.noticed, "the renewal thread never declared the stolen lease lost"
     partial = aborted.value.summary
     assert partial.customers == tuple(customers)
     assert (partial.newly_requested, partial.markers_produced) == (1, 1)

@@ -1,4 +1,4 @@
-"""Records too large for the dead-letter topic, against the real broker (streams/billing/dead_letters.py).
+"""Records too large for the dead-letter topic, against the real broker (streams/core/billing/dead_letters.py).
 
 Both refusals librdkafka can give are exercised: the producer's own
 ``message.max.bytes`` (``produce`` raises) and the topic's ``max.message.bytes``
@@ -17,7 +17,7 @@ import pytest
 from confluent_kafka.cimpl import NewTopic  # admin re-exports it untyped (no __all__)
 
 from streams.adapters.kafka import admin_client, make_producer
-from streams.billing.dead_letters import TRUNCATED_VALUE_BYTES, DeadLetters
+from streams.core.billing.dead_letters import TRUNCATED_VALUE_BYTES, DeadLetters
 from streams.settings import Settings
 from tests.support.kafka import drain, headers_of, text
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from streams import bootstrap
-from streams.drill.config import DrillConfig
-from streams.drill.naive import run_naive
-from streams.drill.safe import run_safe
+from streams.devtools.drill.config import DrillConfig
+from streams.devtools.drill.naive import run_naive
+from streams.devtools.drill.safe import run_safe
 from streams.settings import Settings
 
 SMALL = DrillConfig(

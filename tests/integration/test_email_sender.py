@@ -46,10 +46,18 @@ from psycopg_pool import ConnectionPool
 
 from streams import bootstrap
 from streams.adapters.kafka import consumer_config, ensure_topics, make_producer
-from streams.adapters.maildir import count_by_header, list_messages
+from streams.adapters.smtp import SmtpTransport
+from streams.apps.email.render import document_ref, render_email, void_ref
+from streams.apps.email.sender import (
+    EmailSender,
+    Outcome,
+    invoices_dlq_topic,
+    invoices_topic,
+)
+from streams.apps.email.store import ClaimKind, NewDelivery
 from streams.bootstrap import run_email_sender
-from streams.domain.codec import encode
-from streams.domain.events import (
+from streams.core.domain.codec import encode
+from streams.core.domain.events import (
     CreditNoteIssued,
     Envelope,
     EventData,
@@ -58,20 +66,15 @@ from streams.domain.events import (
     LineSummary,
     TaxAmount,
 )
-from streams.email.render import document_ref, render_email
-from streams.email.sender import (
-    EmailSender,
-    Outcome,
-    invoices_dlq_topic,
-    invoices_topic,
-)
-from streams.email.store import ClaimKind, NewDelivery
-from streams.email.transport import SmtpTransport
+from streams.devtools.stack.maildir import count_by_header, list_messages
 from streams.settings import Settings
 from streams.topics import INVOICES, INVOICES_DLQ
+from tests.support.documents import store_invoice as stored_invoice
 from tests.support.kafka import drain, headers_of, text, topic_size
 
-pytestmark = pytest.mark.integration
+# The stack's own database and outbox connector (no sandbox): never beside another module
+# that uses them (pytest-xdist --dist loadgroup keeps a group on one worker).
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("stack-database")]
 
 ISSUED = datetime(2026, 11, 1, 0, 5, tzinfo=UTC)
 WAIT_S = 60.0
@@ -101,7 +104,7 @@ def metric(name: str, **labels: str) -> float:
 
 @dataclass
 class Sink:
-    """An SMTP sink subprocess (``python -m streams.stack.smtp_sink``) with its own Maildir."""
+    """An SMTP sink subprocess (``python -m streams.devtools.stack.smtp_sink``) with its own Maildir."""
 
     port: int
     maildir: Path
@@ -109,7 +112,7 @@ class Sink:
     process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        argv = [sys.executable, "-m", "streams.stack.smtp_sink", "--host", "127.0.0.1"]
+        argv = [sys.executable, "-m", "streams.devtools.stack.smtp_sink", "--host", "127.0.0.1"]
         argv += ["--port", str(self.port), "--maildir", str(self.maildir)]
         with self.log.open("ab") as out:
             self.process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out)
@@ -211,7 +214,14 @@ class Env:
         return all(committed.get(p, -1) >= o + 1 for p, o in self.produced)
 
 
-def invoice(env: Env, n: int, **changes: Any) -> InvoiceIssued:
+def store_invoice(env: Env, data: InvoiceIssued) -> None:
+    """Write ``data``'s invoice row (tests/support/documents.py): the sender renders the PDF
+    from the stored document."""
+    with psycopg.connect(env.settings.postgres.dsn("owner")) as conn:
+        stored_invoice(conn, data)
+
+
+def invoice(env: Env, n: int, *, store: bool = True, **changes: Any) -> InvoiceIssued:
     fields: dict[str, Any] = {
         "invoice_id": str(uuid.uuid4()),
         "invoice_number": f"INV-{env.run}-{n}",
@@ -237,13 +247,17 @@ def invoice(env: Env, n: int, **changes: Any) -> InvoiceIssued:
         "issued_at": ISSUED,
     }
     fields.update(changes)
-    return InvoiceIssued.model_validate(fields)
+    data = InvoiceIssued.model_validate(fields)
+    if store:
+        store_invoice(env, data)
+    return data
 
 
 def zero_invoice(env: Env, n: int) -> InvoiceIssued:
     return invoice(
         env,
         n,
+        store=False,  # not emailed: no PDF, and its total is not subtotal + tax
         line_count=1,
         subtotal=Decimal("0.00"),
         tax_total=Decimal("0.00"),
@@ -363,7 +377,7 @@ def test_one_email_per_invoice_duplicates_absorbed_zero_total_skipped(env: Env) 
         "dup_doc": metric("invoicing_email_duplicates_total", matched="document"),
         "zero": metric("invoicing_email_skipped_total", reason="zero_total"),
         "invalid": metric("invoicing_email_invalid_records_total"),
-        "ignored": metric("invoicing_email_ignored_total", type="invoice.voided"),
+        "void": metric("invoicing_email_sent_total", document_type="invoice_void"),
     }
     invoices = [invoice(env, n) for n in range(3)]
     event_ids = [str(uuid.uuid4()) for _ in invoices]
@@ -373,17 +387,19 @@ def test_one_email_per_invoice_duplicates_absorbed_zero_total_skipped(env: Env) 
     env.produce(zero)
     env.produce(invoices[0], event_ids[0])  # the same event again
     env.produce(invoices[1])  # the same document under a new event id
-    env.produce(
-        InvoiceVoided(
-            invoice_id=invoices[2].invoice_id,
-            invoice_number=invoices[2].invoice_number,
-            revision=1,
-            customer_id=invoices[2].customer_id,
-            billing_period="2026-10",
-            reason="test",
-            voided_at=ISSUED,
-        )
+    void = InvoiceVoided(
+        invoice_id=invoices[2].invoice_id,
+        invoice_number=invoices[2].invoice_number,
+        revision=1,
+        customer_id=invoices[2].customer_id,
+        billing_period="2026-10",
+        reason="issued to the wrong entity",
+        voided_at=ISSUED,
     )
+    void_event = str(uuid.uuid4())
+    env.produce(void, void_event)
+    env.produce(void, void_event)  # the void again: one email
+    env.produce(void)  # the same void under a new event id: one email
     key = env.customer(9).encode()
     env.produce_raw(
         key, b"not json", encode(Envelope.wrap(invoices[0], id="x", source="/t")).headers
@@ -395,9 +411,24 @@ def test_one_email_per_invoice_duplicates_absorbed_zero_total_skipped(env: Env) 
     finally:
         stop_sender(handle)
 
+    void_ref_ = void_ref(void, recipient=invoices[2].email)
     expected = {document_ref(data).message_id: 1 for data in invoices}
+    expected[void_ref_.message_id] = 1
     assert env.sink.by_message_id() == expected
     rows = env.rows()
+    void_row = rows[void_ref_.document_key]
+    assert (void_row["status"], void_row["event_id"]) == ("sent", void_event)
+    assert void_row["recipient"] == invoices[2].email == "ap2@customer.example"
+    [voided] = [m for m in list_messages(env.sink.maildir) if m["X-Voided-Invoice-Id"]]
+    assert voided["X-Voided-Invoice-Id"] == invoices[2].invoice_id
+    assert voided["X-Invoice-Id"] is None  # counted apart from the invoice emails
+    assert str(voided["Subject"]) == f"Invoice {invoices[2].invoice_number} for 2026-10 voided"
+    text_part = voided.get_body(("plain",))
+    assert text_part is not None and "issued to the wrong entity" in text_part.get_content()
+    assert "has been voided" in text_part.get_content()
+    [pdf] = list(voided.iter_attachments())
+    assert pdf.get_content_type() == "application/pdf"
+    assert pdf.get_filename() == f"{invoices[2].invoice_number}.pdf"
     for data, event_id in zip(invoices, event_ids, strict=True):
         row = rows[document_ref(data).document_key]
         assert row["status"] == "sent"
@@ -408,18 +439,21 @@ def test_one_email_per_invoice_duplicates_absorbed_zero_total_skipped(env: Env) 
     zero_row = rows[document_ref(zero).document_key]
     assert (zero_row["status"], zero_row["skip_reason"]) == ("skipped", "zero_total")
     assert zero_row["sent_at"] is None
-    assert len(rows) == 4
+    assert len(rows) == 5
     # every email names the outbox event it comes from (invariant 6)
     by_invoice = {
-        str(m["X-Invoice-Id"]): str(m["X-Outbox-Event-Id"]) for m in list_messages(env.sink.maildir)
+        str(m["X-Invoice-Id"]): str(m["X-Outbox-Event-Id"])
+        for m in list_messages(env.sink.maildir)
+        if m["X-Invoice-Id"]
     }
     assert by_invoice == {d.invoice_id: e for d, e in zip(invoices, event_ids, strict=True)}
     assert metric("invoicing_email_sent_total", document_type="invoice") - before["sent"] == 3
-    assert metric("invoicing_email_duplicates_total", matched="event_id") - before["dup_event"] == 1
-    assert metric("invoicing_email_duplicates_total", matched="document") - before["dup_doc"] == 1
+    # the invoice and the void, each again under the same event id and under a new one
+    assert metric("invoicing_email_duplicates_total", matched="event_id") - before["dup_event"] == 2
+    assert metric("invoicing_email_duplicates_total", matched="document") - before["dup_doc"] == 2
     assert metric("invoicing_email_skipped_total", reason="zero_total") - before["zero"] == 1
     assert metric("invoicing_email_invalid_records_total") - before["invalid"] == 1
-    assert metric("invoicing_email_ignored_total", type="invoice.voided") - before["ignored"] == 1
+    assert metric("invoicing_email_sent_total", document_type="invoice_void") - before["void"] == 1
     # the undecodable record is in the dead-letter topic as it was read, with reason and source
     [dead] = drain(env.settings.kafka, invoices_dlq_topic(env.settings), expected=1, timeout_s=30)
     assert (dead.key(), dead.value()) == (key, b"not json")

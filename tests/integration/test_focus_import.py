@@ -13,12 +13,12 @@ from confluent_kafka import Message
 from typer.testing import CliRunner
 
 from streams.adapters.kafka import ensure_topics
+from streams.apps.importers import TopicMissing
 from streams.bootstrap import run_import_focus
-from streams.domain.codec import decode
-from streams.domain.events import CustomerUpserted, UsageRecorded
-from streams.domain.focus import FocusUsage, iter_focus_rows
+from streams.core.domain.codec import decode
+from streams.core.domain.events import CustomerUpserted, UsageRecorded
+from streams.core.domain.focus import FocusUsage, iter_focus_rows
 from streams.entrypoints.app import app
-from streams.importers import TopicMissing
 from streams.settings import Settings
 from streams.topics import ACCOUNT_EVENTS, TopicSpec
 from tests.support.kafka import drain, headers_of, java_partition

@@ -5,7 +5,7 @@ outbox columns as headers with the CloudEvents Kafka binding names: ``id`` →
 ``ce_id``, ``type`` → ``ce_type``, ``ce_time``, ``ce_specversion``, ``ce_source``,
 ``aggregateid`` → ``ce_subject``, ``content_type`` → ``content-type``, plus
 ``document_id`` and Debezium's own ``id``. Rows are written the way
-streams/invoicing/jobs.py writes them (``store.invoices.insert_outbox``), in a sandbox
+streams/apps/invoicing/jobs.py writes them (``store.invoices.insert_outbox``), in a sandbox
 with its own database, connector, slot and topic.
 """
 
@@ -21,9 +21,10 @@ from typing import Any
 import pytest
 from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
 
-from streams.billing import store
-from streams.domain.codec import decode, headers_dict
-from streams.domain.events import (
+from streams.apps.invoicing.jobs import EVENT_SOURCE
+from streams.core.billing import store
+from streams.core.domain.codec import decode, headers_dict
+from streams.core.domain.events import (
     CreditNoteIssued,
     EventData,
     InvoiceIssued,
@@ -32,7 +33,6 @@ from streams.domain.events import (
     event_models,
     invoice_id_for,
 )
-from streams.invoicing.jobs import EVENT_SOURCE
 from streams.settings import Settings
 from streams.topics import INVOICES
 from tests.support.kafka import drain, headers_of, text

@@ -4,10 +4,10 @@
    tax document is committed under ``<invoice id>:r<revision>``, the same key for
    every attempt at the revision, so a document committed for refused data would
    meet the corrected data (after ``invoicing holds release``) with a 409 and
-   hold the customer again, for ever (streams/invoicing/jobs.py).
+   hold the customer again, for ever (streams/apps/invoicing/jobs.py).
 2. One dead-lettered record can hold several customers (its key and its
    ``ce_subject`` differ): one hold row per (record, customer), idempotent on
-   redelivery (migration 0004, ``streams.billing.store.holds.record_hold``).
+   redelivery (migration 0004, ``streams.core.billing.store.holds.record_hold``).
 """
 
 from __future__ import annotations
@@ -23,13 +23,13 @@ import pytest
 from psycopg import sql
 from psycopg_pool import ConnectionPool
 
-from streams.adapters import migrate
 from streams.adapters.memory.tax import InMemoryTaxService
-from streams.billing import fencing, rows, store
-from streams.billing.store.holds import record_hold
-from streams.domain.events import CustomerUpserted, UsageRecorded
-from streams.invoicing.jobs import JobContext, Outcome, run_invoice_job
-from streams.sandbox.pipeline import _drop_database
+from streams.adapters.postgres import migrate
+from streams.apps.invoicing.jobs import JobContext, Outcome, run_invoice_job
+from streams.core.billing import fencing, rows, store
+from streams.core.billing.store.holds import record_hold
+from streams.core.domain.events import CustomerUpserted, UsageRecorded
+from streams.devtools.sandbox.pipeline import _drop_database
 from streams.settings import Settings
 
 TOPIC = "events"
@@ -88,7 +88,7 @@ def test_an_invoice_refused_for_its_data_is_invoiced_once_the_data_is_fixed(
     cust = f"c-{unique}"
     token = fencing.FencingToken(f"g-{unique}", TOPIC, 0, 1, "member-1")
     tax = InMemoryTaxService()
-    ctx = JobContext(pool=pool, tax=tax, invoices_topic="invoices")
+    ctx = JobContext(pool=pool, tax=tax, invoices_topic="test.billing.invoices.v1")
     with pool.connection() as conn:
         fencing.claim(conn, token)
         with conn.transaction():

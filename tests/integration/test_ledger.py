@@ -24,9 +24,9 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-from streams.billing import store
 from streams.bootstrap import run_import_focus
-from streams.domain.events import (
+from streams.core.billing import store
+from streams.core.domain.events import (
     CreditNoteIssued,
     InvoiceIssued,
     InvoiceVoided,

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from streams import bootstrap
-from streams.adapters.maildir import list_messages
-from streams.demo.pricing.generator import PROFILES, ScenarioConfig
-from streams.demo.pricing.run import PricingReport, run_pricing_demo
+from streams.devtools.demo.pricing.generator import PROFILES, ScenarioConfig
+from streams.devtools.demo.pricing.run import PricingReport, run_pricing_demo
+from streams.devtools.stack.maildir import list_messages
 from streams.settings import Settings
 from tests.support.pipeline import Pipeline, isolated_pipeline
 

@@ -22,10 +22,10 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from streams.adapters.maildir import list_messages
+from streams.apps.replay import CandidateBook, Mode
 from streams.bootstrap import replay_period, run_close_period
-from streams.domain.codec import decode
-from streams.domain.events import (
+from streams.core.domain.codec import decode
+from streams.core.domain.events import (
     BillableMetricPublished,
     EventData,
     InvoiceIssued,
@@ -33,9 +33,9 @@ from streams.domain.events import (
     UsageRecorded,
     invoice_id_for,
 )
-from streams.domain.rating import load_price_book
+from streams.core.domain.rating import load_price_book
+from streams.devtools.stack.maildir import list_messages
 from streams.entrypoints.app import app
-from streams.replay import CandidateBook, Mode
 from streams.settings import Settings
 from streams.topics import PRICE_BOOK
 from tests.support import rating as scenario

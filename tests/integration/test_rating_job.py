@@ -32,12 +32,12 @@ from prometheus_client import REGISTRY
 from psycopg_pool import ConnectionPool
 
 from streams.adapters.memory.tax import InMemoryTaxService
-from streams.billing import fencing, rows, store
-from streams.domain.events import UsageMetered, UsageRecorded
-from streams.domain.rating import load_price_book
-from streams.domain.rating.published import entries_of
-from streams.invoicing.jobs import JobContext, Outcome, run_invoice_job
-from streams.ops.holds import list_holds
+from streams.apps.invoicing.jobs import JobContext, Outcome, run_invoice_job
+from streams.apps.ops.holds import list_holds
+from streams.core.billing import fencing, rows, store
+from streams.core.domain.events import UsageMetered, UsageRecorded
+from streams.core.domain.rating import load_price_book
+from streams.core.domain.rating.published import entries_of
 from streams.settings import PostgresSettings, Settings
 from tests.support import rating as scenario
 from tests.support.roles import migrated_database
@@ -159,7 +159,7 @@ def job(
     with pool.connection() as conn:
         fencing.claim(conn, token)
     tax = InMemoryTaxService()
-    return JobContext(pool=pool, tax=tax, invoices_topic="invoices"), tax, token
+    return JobContext(pool=pool, tax=tax, invoices_topic="test.billing.invoices.v1"), tax, token
 
 
 def outbox_payload(pool: ConnectionPool[Any], invoice_id: str) -> dict[str, Any]:

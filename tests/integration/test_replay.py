@@ -10,6 +10,7 @@ crash) and checks what the replay reports and writes.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -29,18 +30,20 @@ from confluent_kafka import TopicPartition
 from typer.testing import CliRunner
 
 from streams import bootstrap
-from streams.adapters.lease import LeaseBusy
-from streams.adapters.maildir import list_messages
-from streams.billing.store.usage import late_usage
+from streams.adapters.lease import DEFAULT_KEY_PREFIX, LeaseBusy
+from streams.apps.ops.focus_expected import expected_from_file
+from streams.apps.replay import Mode, ReplayReport
+from streams.apps.replay import lease_name_for as replay_lease_name
 from streams.bootstrap import replay_period, run_close_period, run_import_focus
-from streams.demo.expected import expected_from_file
-from streams.demo.run import progress_counts
-from streams.domain.codec import encode
-from streams.domain.events import Envelope, UsageRecorded, deterministic_id, invoice_id_for
-from streams.domain.money import round_money
+from streams.core.billing.store.usage import late_usage
+from streams.core.domain.codec import encode
+from streams.core.domain.events import Envelope, UsageRecorded, deterministic_id, invoice_id_for
+from streams.core.domain.money import round_money
+from streams.devtools.demo.run import progress_counts
+from streams.devtools.stack.maildir import list_messages
 from streams.entrypoints.app import app
-from streams.replay import Mode, ReplayReport
 from streams.settings import Settings
+from tests.support.barriers import plus_sentinel, sentinel_invoice
 from tests.support.kafka import ProduceHeaders, wait_for_no_lag
 from tests.support.pipeline import Pipeline, isolated_pipeline
 
@@ -342,9 +345,11 @@ def test_a_lost_usage_write_is_reported_then_corrected_once(
     # A second apply changes nothing.
     again = replay(p, period, Mode.APPLY)
     assert again.differences == [] and again.failed == []
-    time.sleep(3)
-    assert table_counts(p) == after
-    assert len(list_messages(p.maildir)) == emails_before + 2
+    # A sentinel invoice through the whole pipeline: once its email is in, anything the
+    # second apply would have caused has happened (tests/support/barriers.py).
+    sentinel_invoice(p)
+    assert table_counts(p) == plus_sentinel(after)
+    assert len(list_messages(p.maildir)) == emails_before + 2 + 1
     print(f"\nlost write: dry run {dry_s:.2f}s (CLI), apply {apply_s:.2f}s")
 
 
@@ -475,7 +480,7 @@ def run_replay_cli(
 def test_a_killed_apply_keeps_its_lease_until_the_ttl_then_resumes(pipeline: Pipeline) -> None:
     """A SIGKILLed ``replay --apply`` cannot release its lease: a second run is refused
     (exit 4) until the lease's TTL passes, then resumes the same run and ends in the
-    state of a clean apply (DESIGN "Redis": a lease, not a lock)."""
+    state of a clean apply (docs/design.md "Redis leases": a lease, not a lock)."""
     p = pipeline
     lost: list[tuple[str, str, str, Decimal]] = []
 
@@ -499,7 +504,16 @@ def test_a_killed_apply_keeps_its_lease_until_the_ttl_then_resumes(pipeline: Pip
     assert busy.returncode == 4, busy.stderr  # the dead holder's lease is still live
     assert count(p, "SELECT count(*) FROM credit_notes") == 1
 
-    time.sleep(float(ttl) + 1)  # the lease expires: nobody renews it
+    # The lease expires: nobody renews it. Wait on its Redis key, not on the clock.
+    key = DEFAULT_KEY_PREFIX + replay_lease_name(period, p.settings)
+    with contextlib.closing(bootstrap.redis_client(p.settings)) as redis_conn:
+        assert redis_conn.exists(key), f"the killed run's lease {key} is not in Redis"
+        wait_for(
+            f"the killed run's lease {key} to expire",
+            lambda: not redis_conn.exists(key),
+            p,
+            timeout_s=float(ttl) + 30,
+        )
     resumed = run_replay_cli(p, period, "--apply", "--lease-ttl", ttl)
     assert resumed.returncode == 0, resumed.stderr
     assert "resumed" in " ".join(resumed.stderr.split())
@@ -638,12 +652,12 @@ def test_a_released_hold_is_invoiced_by_the_worker_once_and_the_replay_leaves_it
         (victim, held.invalid[0].at.partition)
     ]
 
-    # Released through the runbook (`invoicing holds release`): the hold is marked released
-    # and the close marker re-sent, and the invoicing worker invoices revision 1 from it.
-    # A replay run in between does not write that revision itself: it would race the
-    # worker under the same tax idempotency key (issue 10, defect 5); it reports the
-    # customer pending instead.
-    from streams.ops.holds import list_holds, release_hold
+    # Released through the runbook (`invoicing holds release`): the hold is marked released and the
+    # close marker re-sent, and the invoicing worker invoices revision 1 from it. A replay run in
+    # between does not write that revision itself: it would race the worker under the same tax
+    # idempotency key (docs/decisions/0092-replay-and-released-holds.md); it reports the customer
+    # pending instead.
+    from streams.apps.ops.holds import list_holds, release_hold
 
     with p.connect("operator") as conn:
         [hold] = [h for h in list_holds(conn) if h.customer_id == victim]

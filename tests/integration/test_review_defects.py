@@ -1,4 +1,4 @@
-"""The seven defects found in review (issue 10, deliverable 5), each pinned by a test.
+"""Seven defects found in a review of the pipeline, each pinned by a test.
 
 Each test was run against the code before its fix and failed there (see the
 commit that fixes it). They run in-process against a fresh, migrated PostgreSQL
@@ -38,19 +38,19 @@ from confluent_kafka import Consumer, Producer
 from psycopg import sql
 from psycopg_pool import ConnectionPool
 
-from streams.adapters import migrate
-from streams.adapters.kafka import Record, ensure_topics, make_producer
+from streams.adapters.kafka import ensure_topics, make_producer
 from streams.adapters.memory.tax import InMemoryTaxService
-from streams.billing import fencing, rows, store
-from streams.billing.rows import payload_hash
-from streams.domain.codec import encode
-from streams.domain.events import CustomerUpserted, Envelope, UsageRecorded, invoice_id_for
-from streams.domain.invoice import TaxLine
-from streams.invoicing import worker as worker_module
-from streams.invoicing.jobs import JobContext, JobResult, Outcome, run_invoice_job
-from streams.invoicing.partitions import PartitionState
-from streams.invoicing.worker import InvoicingWorker
-from streams.sandbox.pipeline import _drop_database
+from streams.adapters.postgres import migrate
+from streams.apps.invoicing import dispatch as dispatch_module
+from streams.apps.invoicing.jobs import JobContext, JobResult, Outcome, run_invoice_job
+from streams.apps.invoicing.partitions import PartitionState
+from streams.apps.invoicing.worker import InvoicingWorker
+from streams.core.billing import fencing, rows, store
+from streams.core.billing.rows import Record, payload_hash
+from streams.core.domain.codec import encode
+from streams.core.domain.events import CustomerUpserted, Envelope, UsageRecorded, invoice_id_for
+from streams.core.domain.invoice import TaxLine
+from streams.devtools.sandbox.pipeline import _drop_database
 from streams.settings import Settings
 
 TOPIC = "events"
@@ -213,7 +213,7 @@ def test_2_shutdown_with_queued_jobs_closes_the_consumer(
         cancel.wait(60)  # a slow tax call that only a cancel ends
         return JobResult(marker, token, Outcome.CANCELLED, "cancelled")
 
-    monkeypatch.setattr(worker_module, "run_invoice_job", slow_job)
+    monkeypatch.setattr(dispatch_module, "run_invoice_job", slow_job)
     worker = make_worker(db, pool, unique, max_jobs=1)
     worker.shutdown_grace_s = 1.0
     RecordingConsumer.closed = False
@@ -245,7 +245,7 @@ def test_2_shutdown_with_queued_jobs_closes_the_consumer(
 
 
 def test_3a_a_database_outage_does_not_hold_the_poll_thread(db: Settings, unique: str) -> None:
-    from streams.sandbox.smtp import free_port
+    from streams.devtools.sandbox.smtp import free_port
 
     down = db.postgres.model_copy(update={"port": free_port()})  # nothing listens there
     dead_pool: ConnectionPool[Any] = ConnectionPool(
@@ -345,17 +345,30 @@ def test_4_usage_on_another_partition_than_the_close_marker_is_never_left_out(
                     rows.UsageRecord("u-new", usage(cust, "2.50"), at(1, 5)),
                 ],
             )
+    ctx = JobContext(pool=pool, tax=tax, invoices_topic="test.billing.invoices.v1")
     marker = rows.CloseMarker(f"close-{unique}", cust, PERIOD, "period_closed", at(2, 5))
-    result = run_invoice_job(
-        JobContext(pool=pool, tax=tax, invoices_topic="invoices"), marker, token, threading.Event()
-    )
+    result = run_invoice_job(ctx, marker, token, threading.Event())
     with pool.connection() as conn:
         invoice = store.invoices.current_invoice(conn, cust, PERIOD)
-    assert invoice is None or invoice.subtotal == Decimal("12.50"), (
-        f"invoiced {invoice.subtotal} without the usage read from partition 2 "
+    # Refused (the marker dead-lettered, the customer held), never built from part of the
+    # usage: the oracle is the 10.00 + 2.50 of the two lines written above.
+    assert invoice is None, (
+        f"invoiced {invoice.subtotal if invoice else None} from part of the usage "
         f"({result.outcome.value}: {result.detail})"
     )
-    assert result.outcome is not Outcome.INVOICED or invoice is not None
+    assert result.outcome is Outcome.FAILED, f"{result.outcome.value}: {result.detail}"
+    assert "partition(s) [2]" in result.detail, result.detail
+    # The operator released the hold (docs/operations.md "Adding partitions"): the released
+    # close invoices the usage of every partition, so the invoice exists and has both lines.
+    released = rows.CloseMarker(f"release-{unique}", cust, PERIOD, "hold_released", at(3, 5))
+    again = run_invoice_job(ctx, released, token, threading.Event())
+    assert again.outcome is Outcome.INVOICED, f"{again.outcome.value}: {again.detail}"
+    with pool.connection() as conn:
+        invoice = store.invoices.current_invoice(conn, cust, PERIOD)
+    assert invoice is not None, "the released close wrote no invoice"
+    assert invoice.subtotal == Decimal("12.50"), (
+        f"the released close invoiced {invoice.subtotal}, not 10.00 + 2.50 (both partitions)"
+    )
 
 
 # --------------------------------------------------------------------------- 5
@@ -386,7 +399,10 @@ def test_5_a_worker_that_meets_the_replays_tax_document_does_not_hold_the_custom
     )
     marker = rows.CloseMarker(f"close-{unique}", cust, PERIOD, "hold_released", at(2))
     result = run_invoice_job(
-        JobContext(pool=pool, tax=tax, invoices_topic="invoices"), marker, token, threading.Event()
+        JobContext(pool=pool, tax=tax, invoices_topic="test.billing.invoices.v1"),
+        marker,
+        token,
+        threading.Event(),
     )
     assert result.outcome is not Outcome.FAILED, (
         f"the worker's 409 is a permanent refusal: the customer would be held for good "
@@ -421,10 +437,10 @@ def _replay_context(
     rebuild: Any,
     lease: Any,
 ) -> Any:
-    from streams.replay import store as rstore
-    from streams.replay.apply import ReplayContext
-    from streams.replay.reader import Window
-    from streams.replay.report import Mode
+    from streams.apps.replay import store as rstore
+    from streams.apps.replay.apply import ReplayContext
+    from streams.apps.replay.reader import Window
+    from streams.apps.replay.report import Mode
 
     run_id = f"r{unique}"
     window = Window(TOPIC, datetime(2024, 12, 25, tzinfo=UTC), {0: 0}, {0: 10})
@@ -448,7 +464,7 @@ def _replay_context(
         period=PERIOD,
         mode=Mode.APPLY,
         topic=TOPIC,
-        invoices_topic="invoices",
+        invoices_topic="test.billing.invoices.v1",
         pool=pool,
         tax=tax,
         lease=lease,
@@ -465,8 +481,8 @@ def test_5_the_replay_neither_races_the_worker_nor_fails_on_its_tax_document(
     import redis as redis_lib
 
     from streams.adapters.lease import Lease
-    from streams.replay.apply import replay_customer
-    from streams.replay.rebuild import Coordinates, PeriodRebuild
+    from streams.apps.replay.apply import replay_customer
+    from streams.apps.replay.rebuild import Coordinates, PeriodRebuild
 
     released, racing = f"rel-{unique}", f"race-{unique}"
     tax = InMemoryTaxService()
@@ -556,8 +572,8 @@ def test_6_a_replay_prices_with_the_rates_of_now_not_the_rate_cache(
 
     from streams.adapters.tax.cache import RedisTaxCache
     from streams.adapters.tax.client import HttpTaxService
+    from streams.apps.replay.report import Mode
     from streams.bootstrap import replay_period
-    from streams.replay.report import Mode
     from tests.support.pipeline import isolated_pipeline
 
     with isolated_pipeline(settings, unique, tmp_path) as p:

@@ -1,4 +1,4 @@
-"""Least privilege on the real PostgreSQL (streams/grants.py, migration 0006).
+"""Least privilege on the real PostgreSQL (streams/adapters/postgres/grants.py, migration 0006).
 
 A fresh database of this module, created by the provisioner and migrated as the owner:
 
@@ -13,6 +13,7 @@ A fresh database of this module, created by the provisioner and migrated as the 
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
@@ -23,8 +24,8 @@ import pytest
 from psycopg import errors, sql
 from pydantic import SecretStr
 
-from streams import grants
-from streams.ops.reconcile import prune_outbox
+from streams.adapters.postgres import grants
+from streams.apps.ops.reconcile import prune_outbox
 from streams.settings import DatabaseRole, PostgresSettings, RoleName, Settings
 from tests.support.roles import migrated_database, superuser
 
@@ -35,6 +36,8 @@ RUNTIME: tuple[RoleName, ...] = (
     "replay",
     "operator",
     "admin",
+    "portal",
+    "pricing",
     "replication",
 )
 
@@ -193,7 +196,8 @@ def test_no_runtime_role_owns_anything_or_may_create_databases(
 
 _NEW_OUTBOX = (
     "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, ce_source, ce_time, "
-    "document_id) VALUES (gen_random_uuid(), 't', 'c', 'x', '{}', '/t', 't', gen_random_uuid())"
+    "document_id) VALUES (gen_random_uuid(), 't.billing.invoices.v1', 'c', 'x', '{}', '/t', 't', "
+    "gen_random_uuid())"
 )
 _NEW_INVOICE = (
     "INSERT INTO invoices (invoice_id, invoice_number, customer_id, billing_period, revision, "
@@ -242,6 +246,9 @@ ROLE_REFUSED: tuple[tuple[RoleName, str], ...] = (
     ("close", "SELECT * FROM customers"),
     ("close", "DELETE FROM close_requests"),
     ("replay", "UPDATE invoices SET total = 0"),
+    # migration 0018: superseding only through supersede_invoice(uuid); voiding not at all
+    ("replay", "UPDATE invoices SET status = 'voided'"),
+    ("replay", "UPDATE invoices SET status = 'superseded'"),
     ("replay", "UPDATE invoice_holds SET released_at = now()"),
     ("replay", "SELECT * FROM outbox"),
     ("replay", "DELETE FROM lease_fences"),
@@ -256,14 +263,34 @@ ROLE_REFUSED: tuple[tuple[RoleName, str], ...] = (
     ("operator", "DELETE FROM partition_fences"),
     ("operator", _NEW_OUTBOX),
     ("operator", "SELECT prune_outbox(interval '30 days')"),
+    # migration 0022: republishing only through republish_document(uuid)
+    ("admin", _NEW_OUTBOX),
+    ("worker", "SELECT republish_document(gen_random_uuid())"),
+    ("replay", "SELECT republish_document(gen_random_uuid())"),
+    ("operator", "SELECT republish_document(gen_random_uuid())"),
     ("admin", "UPDATE invoice_holds SET reason = 'edited'"),
     ("admin", "UPDATE invoices SET status = 'voided'"),
     ("admin", "INSERT INTO invoice_holds (customer_id) VALUES ('c')"),
     ("admin", "SELECT recipient FROM email_deliveries"),
     ("admin", "DELETE FROM period_closes"),
+    # migration 0018: publishing the price book is the pricing role's
+    ("admin", "INSERT INTO billable_metrics (metric_code) VALUES ('m')"),
+    ("admin", "INSERT INTO plan_versions (plan_code) VALUES ('p')"),
+    ("pricing", "INSERT INTO billable_metrics (metric_code, published_by) VALUES ('m', 'x')"),
+    ("pricing", "INSERT INTO plan_versions (plan_code, published_at) VALUES ('p', now())"),
+    ("pricing", "UPDATE invoices SET status = 'voided'"),
+    ("pricing", "SELECT * FROM customers"),
+    ("pricing", "UPDATE invoice_holds SET released_at = now()"),
     ("replication", _NEW_OUTBOX),
     ("replication", "SELECT * FROM invoices"),
     ("replication", "SELECT * FROM customers"),
+    # the hosted page reads a document's columns and nothing else
+    ("portal", "SELECT email FROM invoices"),
+    ("portal", "SELECT * FROM customers"),
+    ("portal", "SELECT * FROM usage_lines"),
+    ("portal", "SELECT id FROM outbox"),
+    ("portal", "SELECT * FROM email_deliveries"),
+    ("portal", "SELECT tax_rate FROM invoice_lines"),
 )
 
 
@@ -293,7 +320,8 @@ def test_the_admin_prunes_only_through_the_function_and_never_below_the_floor(
         for row_id, age in ((old, "40 days"), (young, "8 days")):
             conn.execute(
                 "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, ce_source, "
-                "ce_time, document_id, created_at) VALUES (%s, 't', 'c', 'x', '{}', '/t', 't', "
+                "ce_time, document_id, created_at) VALUES (%s, 't.billing.invoices.v1', 'c', 'x', "
+                "'{}', '/t', 't', "
                 "gen_random_uuid(), now() - %s::interval)",
                 (row_id, age),
             )
@@ -309,6 +337,44 @@ def test_the_admin_prunes_only_through_the_function_and_never_below_the_floor(
             for r in conn.execute("SELECT id::text FROM outbox WHERE id IN (%s, %s)", (old, young))
         }
     assert kept == {young}
+
+
+def test_the_admin_republishes_only_a_kept_row_through_the_function(db: PostgresSettings) -> None:
+    document = str(uuid.uuid4())
+    payload = {"invoice_id": document, "total": "11.00"}
+    with connect(db, "owner") as conn:
+        for row_id, age, body in (
+            (str(uuid.uuid4()), "2 days", {"old": True}),
+            (str(uuid.uuid4()), "1 day", payload),
+        ):
+            conn.execute(
+                "INSERT INTO outbox (id, aggregatetype, aggregateid, type, payload, ce_source, "
+                "ce_time, document_id, created_at) VALUES (%s, 't.billing.invoices.v1', 'c-rp', "
+                "'invoice.issued', %s, '/t', 't', %s, now() - %s::interval)",
+                (row_id, json.dumps(body), document, age),
+            )
+    with connect(db, "admin") as conn:
+        with pytest.raises(errors.InsufficientPrivilege):
+            conn.execute(_NEW_OUTBOX)
+        new_id = conn.execute("SELECT republish_document(%s)", (document,)).fetchone()
+        assert new_id is not None and new_id[0] is not None
+        # nothing kept for an unknown (or pruned) document: nothing written
+        assert conn.execute("SELECT republish_document(gen_random_uuid())").fetchone() == (None,)
+    with connect(db, "owner") as conn:
+        copy = conn.execute(
+            "SELECT aggregatetype, aggregateid, type, payload, ce_source, document_id::text "
+            "FROM outbox WHERE id = %s",
+            (new_id[0],),
+        ).fetchone()
+        rows = conn.execute(
+            "SELECT count(*) FROM outbox WHERE document_id = %s", (document,)
+        ).fetchone()
+    assert copy is not None
+    # the newest kept row, under a fresh id, from /ops/reconcile
+    assert copy[:3] == ("t.billing.invoices.v1", "c-rp", "invoice.issued")
+    assert copy[3] == payload
+    assert copy[4:] == ("/ops/reconcile", document)
+    assert rows == (3,)
 
 
 # --------------------------------------------------------------------------- the triggers
@@ -351,26 +417,33 @@ def test_the_trigger_refuses_the_owner_any_change_of_an_issued_invoice(
 
 def test_the_trigger_refuses_truncating_documents_even_to_the_owner(db: PostgresSettings) -> None:
     with connect(db, "owner") as conn:
-        for table in ("invoices CASCADE", "invoice_lines", "credit_notes", "outbox"):
+        # CASCADE where a foreign key refers to the table (credit_note_lines, migration
+        # 0021): otherwise PostgreSQL refuses before the trigger would
+        for table in (
+            "invoices CASCADE",
+            "invoice_lines CASCADE",
+            "credit_notes CASCADE",
+            "credit_note_lines",
+            "outbox",
+        ):
             with pytest.raises(errors.InsufficientPrivilege):
                 conn.execute(f"TRUNCATE {table}")
 
 
-def test_the_replay_may_only_supersede_or_void_an_issued_invoice(db: PostgresSettings) -> None:
-    superseded, voided = _one_invoice(db), _one_invoice(db)
-    with connect(db, "replay") as conn:
-        conn.execute(
-            "UPDATE invoices SET status = 'superseded' WHERE invoice_id = %s", (superseded,)
-        )
+def test_the_status_trigger_refuses_the_owner_any_other_transition(
+    db: PostgresSettings,
+) -> None:
+    """The replay no longer has UPDATE on invoices (migration 0018: it supersedes through
+    ``supersede_invoice``, tests/security/db/test_narrow_roles.py); the trigger of 0006
+    still refuses every transition but issued -> superseded / voided, to the owner too."""
+    voided = _one_invoice(db)
+    with connect(db, "owner") as conn:
         conn.execute("UPDATE invoices SET status = 'voided' WHERE invoice_id = %s", (voided,))
-        # It has UPDATE on status: the trigger, not the grant, refuses these.
-        for back in ("issued", "voided"):
-            with pytest.raises(errors.InsufficientPrivilege, match="status superseded -> "):
+        for back in ("issued", "superseded"):
+            with pytest.raises(errors.InsufficientPrivilege, match="status voided -> "):
                 conn.execute(
-                    "UPDATE invoices SET status = %s WHERE invoice_id = %s", (back, superseded)
+                    "UPDATE invoices SET status = %s WHERE invoice_id = %s", (back, voided)
                 )
-        with pytest.raises(errors.InsufficientPrivilege, match="status voided -> issued"):
-            conn.execute("UPDATE invoices SET status = 'issued' WHERE invoice_id = %s", (voided,))
 
 
 def test_lines_are_accepted_only_from_the_transaction_that_issues_the_invoice(
@@ -409,6 +482,33 @@ def test_lines_are_accepted_only_from_the_transaction_that_issues_the_invoice(
     assert lines == (2,)
 
 
+@pytest.mark.parametrize(
+    ("statement", "rule"),
+    [
+        (
+            "UPDATE invoices SET total = total + 1 WHERE invoice_id = %s",
+            "issued invoices are immutable: invoice .* change of total refused; "
+            "only status issued -> superseded/voided is allowed",
+        ),
+        ("DELETE FROM invoices WHERE invoice_id = %s", "invoices are never deleted: DELETE"),
+        ("DELETE FROM invoice_lines WHERE invoice_id = %s", "invoice_lines rows are immutable"),
+    ],
+)
+def test_a_refusal_names_the_rule_and_hints_at_docs_roles(
+    db: PostgresSettings, statement: str, rule: str
+) -> None:
+    """Migration 0023: a trigger's refusal states the rule (not just 42501, which reads
+    as a missing grant) and its HINT points at docs/roles.md."""
+    invoice_id = _one_invoice(db)
+    with (
+        connect(db, "owner") as conn,
+        pytest.raises(errors.InsufficientPrivilege, match=rule) as err,
+    ):
+        conn.execute(statement, (invoice_id,))
+    assert err.value.sqlstate == "42501"
+    assert "docs/roles.md" in (err.value.diag.message_hint or "")
+
+
 def test_credit_notes_and_outbox_rows_are_immutable_even_to_the_owner(
     db: PostgresSettings,
 ) -> None:
@@ -444,7 +544,7 @@ def test_a_forbidden_statement_names_the_rule_not_a_secret(
 
 def test_grants_converge_after_a_manual_change(db: PostgresSettings, settings: Settings) -> None:
     """`invoicing db migrate` puts back what the matrix says (a grant added by hand goes)."""
-    from streams.adapters import migrate
+    from streams.adapters.postgres import migrate
 
     with superuser(settings, db.database) as conn:
         conn.execute("GRANT DELETE ON invoices TO invoicing_worker")
@@ -496,9 +596,13 @@ def test_the_trigger_holds_where_a_grant_is_wrong(
             ):
                 with pytest.raises(errors.InsufficientPrivilege, match=r"immutable|never"):
                     conn.execute(statement, (invoice_id,))
-            conn.execute(
-                "UPDATE invoices SET status = 'superseded' WHERE invoice_id = %s", (invoice_id,)
-            )
+            # the grant lets the status through the trigger of 0006, but not past the
+            # commit-time check of 0018: no successor revision
+            with pytest.raises(errors.IntegrityConstraintViolation, match="successor"):
+                conn.execute(
+                    "UPDATE invoices SET status = 'superseded' WHERE invoice_id = %s",
+                    (invoice_id,),
+                )
     finally:
         with superuser(settings, db.database) as conn:
             conn.execute(
@@ -513,7 +617,7 @@ def test_the_trigger_holds_where_a_grant_is_wrong(
             "WHERE invoice_id = %s",
             (invoice_id,),
         ).fetchone()
-    assert row == ("superseded", 11, True)
+    assert row == ("issued", 11, True)
 
 
 def test_0006_guards_the_rated_charge_lines(settings: Settings, unique: str) -> None:

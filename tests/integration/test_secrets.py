@@ -32,8 +32,8 @@ from pydantic import SecretStr
 from typer.testing import CliRunner
 
 from streams import bootstrap
-from streams.adapters import migrate
 from streams.adapters.connect import local_secrets_dir
+from streams.adapters.postgres import migrate
 from streams.entrypoints.app import app
 from streams.settings import DatabaseRole, RoleName, Settings
 from tests.support.pipeline import Pipeline, isolated_pipeline

@@ -7,14 +7,19 @@ import time
 
 import httpx
 import psycopg
+import pytest
 from confluent_kafka import Message
 from psycopg import sql
 
 from streams import bootstrap
 from streams.adapters.connect import wait_running
+from streams.devtools.stack.health import POSTGRES_CONNECTOR_CLASS
 from streams.settings import Settings
-from streams.stack.health import POSTGRES_CONNECTOR_CLASS
 from tests.support.kafka import drain, make_topic
+
+# The stack's own database and outbox connector (no sandbox): never beside another module
+# that uses them (pytest-xdist --dist loadgroup keeps a group on one worker).
+pytestmark = pytest.mark.xdist_group("stack-database")
 
 
 def test_connect_lists_the_debezium_postgres_connector(settings: Settings) -> None:

@@ -99,7 +99,7 @@ def test_java_producer_of_connect_agrees_with_python_producer(
     settings: Settings, unique: str
 ) -> None:
     """Debezium (a Java producer) and our producer put each key on the same partition."""
-    topic = make_topic(settings.kafka, f"test.java-partitioning.{unique}", 12)
+    topic = make_topic(settings.kafka, f"test.java-partitioning.{unique}.billing.invoices.v1", 12)
     keys = [f"cust-{unique}-{i}" for i in range(40)]
     with psycopg.connect(settings.postgres.dsn("owner"), autocommit=True) as conn:
         for key in keys:

@@ -11,9 +11,9 @@ import httpx
 import psycopg
 import redis
 
-from streams.adapters.maildir import list_messages
+from streams.devtools.stack.layout import Layout
+from streams.devtools.stack.maildir import list_messages
 from streams.settings import Settings
-from streams.stack.layout import Layout
 
 
 def test_postgres_runs_with_logical_wal_level(pg: psycopg.Connection) -> None:
@@ -44,7 +44,7 @@ def test_smtp_sink_stores_a_message_sent_with_smtplib(settings: Settings) -> Non
     with smtplib.SMTP(settings.smtp.host, settings.smtp.port, timeout=10) as smtp:
         assert smtp.noop()[0] == 250
         smtp.send_message(msg)
-    maildir = Layout(settings.stack.home).maildir
+    maildir = Layout(settings.stack.home, settings.stack.state_dir).maildir
     deadline = time.monotonic() + 10
     found: list[EmailMessage] = []
     while not found and time.monotonic() < deadline:

@@ -24,10 +24,15 @@ from redis.retry import Retry
 from streams.adapters.memory.tax import InMemoryTaxService
 from streams.adapters.tax.cache import RedisTaxCache
 from streams.adapters.tax.client import HttpTaxService
-from streams.billing.ports import Rate, TaxRejected
-from streams.domain.invoice import TaxLine
+from streams.core.billing.ports import Rate, TaxRejected
+from streams.core.domain.invoice import TaxLine
+from streams.devtools.stack.fake_tax import (
+    FakeTaxConfig,
+    FakeTaxProcess,
+    RequestRecord,
+    running_fake_tax,
+)
 from streams.settings import TaxSettings
-from streams.stack.fake_tax import FakeTaxConfig, FakeTaxProcess, RequestRecord, running_fake_tax
 
 pytestmark = pytest.mark.integration
 

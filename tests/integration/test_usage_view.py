@@ -1,4 +1,4 @@
-"""The usage view on the real stack (issue 13): agreement with the issued invoices, routing
+"""The usage view on the real stack (docs/usage-api.md): agreement with the issued invoices, routing
 across two instances, failover, recovery from the changelog, poison records.
 
 Each test runs in its own sandbox (topics, groups, database); the view instances are
@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import random
 import signal
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from decimal import Decimal
@@ -22,16 +21,26 @@ import httpx
 import pytest
 from confluent_kafka import Producer
 
+from streams.apps.ops.focus_expected import expected_from_file
+from streams.apps.usage_view.access import HOP_HEADER
 from streams.bootstrap import producer, run_close_period, run_import_events, run_import_focus
-from streams.demo.expected import expected_from_file
-from streams.demo.pricing.generator import PROFILES, generate
-from streams.demo.pricing.generator import ScenarioConfig as PricingConfig
-from streams.demo.pricing.run import publish_with_cli
-from streams.domain.codec import encode
-from streams.domain.events import CustomerUpserted, Envelope, UsageRecorded
+from streams.core.domain.codec import encode
+from streams.core.domain.events import CustomerUpserted, Envelope, UsageRecorded
+from streams.devtools.demo.pricing.generator import PROFILES, generate
+from streams.devtools.demo.pricing.generator import ScenarioConfig as PricingConfig
+from streams.devtools.demo.pricing.run import publish_with_cli
 from streams.settings import Settings
+from tests.support.kafka import wait_for_no_lag
 from tests.support.pipeline import Pipeline, isolated_pipeline
-from tests.support.usage_view import get_usage, start_view, usage_ok, wait_assigned, wait_until
+from tests.support.usage_view import (
+    get_usage,
+    start_view,
+    usage_ok,
+    view_env,
+    view_key,
+    wait_assigned,
+    wait_until,
+)
 
 SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "focus" / "focus_sample.csv"
 BOOK = Path(__file__).resolve().parents[2] / "examples" / "pricing" / "price-book.yaml"
@@ -39,7 +48,9 @@ BOOK = Path(__file__).resolve().parents[2] / "examples" / "pricing" / "price-boo
 
 @pytest.fixture
 def pipeline(settings: Settings, unique: str, tmp_path: Path) -> Iterator[Pipeline]:
-    with isolated_pipeline(settings, unique, tmp_path) as p:
+    """No connector or SMTP sink: the view reads account events, and no test here needs an
+    invoice event or an email."""
+    with isolated_pipeline(settings, unique, tmp_path, connector=False, smtp=False) as p:
         yield p
 
 
@@ -210,7 +221,9 @@ def test_view_recovers_its_tables_from_the_changelog_after_a_restart(pipeline: P
     wait_assigned(p, [port])
     before = {c: wait_until(c, functools.partial(three_lines, port, c), p) for c in customers}
     assert before[customers[0]]["usage"]["pass_through"] == {"lines": 3, "amounts": {"USD": "0.45"}}
-    time.sleep(3)  # past a commit interval: the source offsets are committed
+    # The view commits its source offsets after flushing its changelogs: once its group has
+    # no lag, a restart reads its state from the changelog only (asserted below).
+    wait_for_no_lag(p.settings.kafka, view_env(p)["INVOICING_VIEW__GROUP"], p.topic)
     view.process.send_signal(signal.SIGTERM)
     assert view.process.wait(60) == 0, p.worker_logs()
 
@@ -298,3 +311,42 @@ def test_bad_period_unknown_customer_and_percent_encoded_ids(pipeline: Pipeline)
     assert unknown.status_code == 404 and unknown.json()["title"] == "Unknown customer"
     empty = get_usage(port, "/subscriptions/a/b", "2024-10")
     assert empty.status_code == 200 and empty.json()["upcoming_invoice"]["subtotal"] == "0.00"
+
+
+def test_the_api_needs_a_read_key_and_forwards_one_hop_within_the_group(
+    pipeline: Pipeline,
+) -> None:
+    """On the real group: faust's /table and /router are 404; 401 without a key, 403 for an
+    ingest key; a customer the other instance owns is answered through this one (one hop),
+    and a request that already made its hop is refused 508 by a non-owner."""
+    p = pipeline
+    customers = [f"k{i}" for i in range(12)]
+    _produce(producer(p.settings), p.topic, *(_record(_customer(c)) for c in customers))
+    (_, port_a), (_, port_b) = start_view(p, store="memory"), start_view(p, store="memory")
+    wait_assigned(p, [port_a, port_b])
+    served = {
+        c: wait_until(c, functools.partial(usage_ok, port_a, c, "2024-09"), p) for c in customers
+    }
+    remote = [c for c, body in served.items() if body["served_by"] != f"http://127.0.0.1:{port_a}"]
+    assert remote, f"every customer is on {port_a}: {served}"  # 12 ids over 2 instances
+    customer = remote[0]
+    assert served[customer]["served_by"] == f"http://127.0.0.1:{port_b}"
+    reader = {"Authorization": f"Bearer {view_key(p)}"}
+    # the hop header makes the receiving instance answer itself or refuse
+    looped = get_usage(port_a, customer, "2024-09", headers={**reader, HOP_HEADER: "1"})
+    assert looped.status_code == 508, looped.text
+    assert looped.headers["content-type"].startswith("application/problem+json")
+    owned = get_usage(port_b, customer, "2024-09", headers={**reader, HOP_HEADER: "1"})
+    assert owned.status_code == 200 and owned.json()["served_by"].endswith(f":{port_b}")
+    for headers, status in (
+        ({}, 401),
+        ({"Authorization": "Bearer ik_00000000.wrong"}, 401),
+        ({"Authorization": f"Bearer {view_key(p, 'ingest')}"}, 403),
+    ):
+        refused = get_usage(port_a, customer, "2024-09", headers=headers)
+        assert refused.status_code == status, (headers, refused.text)
+        assert refused.json()["status"] == status
+    unknown = get_usage(port_a, "nobody-at-all", "2024-09", headers=reader)
+    assert unknown.status_code == 404 and unknown.json()["title"] == "Unknown customer"
+    for path in ("/table/", "/table/customers/", f"/table/customers/{customer}/", "/router/"):
+        assert httpx.get(f"http://127.0.0.1:{port_a}{path}", timeout=5).status_code == 404, path

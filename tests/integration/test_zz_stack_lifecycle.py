@@ -1,6 +1,7 @@
 """`stack up` twice starts nothing; `stack down` stops exactly what it started, keeps data.
 
-Runs last in the integration tier (file name): it stops and restarts the stack.
+Runs last in the integration tier (file name) and alone (``serial``: `make test` runs the
+serial tests after the others): it stops and restarts the stack.
 """
 
 from __future__ import annotations
@@ -12,9 +13,12 @@ import time
 import uuid
 
 import psycopg
+import pytest
 
+from streams.devtools.stack.manager import SERVICE_ORDER, Stack
 from streams.settings import Settings
-from streams.stack.manager import SERVICE_ORDER, Stack
+
+pytestmark = pytest.mark.serial
 
 
 def _alive(pid: int) -> bool:

@@ -1,5 +1,9 @@
 """Test helpers for Kafka: an independent murmur2, topic creation, draining a topic,
-typed access to a consumed record's headers."""
+typed access to a consumed record's headers.
+
+Every client here is built by the project's factories (:mod:`streams.adapters.kafka`)
+from the settings, so it speaks the settings' security protocol (the TLS profile's
+SASL_SSL too), never from the bootstrap servers alone."""
 
 from __future__ import annotations
 
@@ -7,10 +11,10 @@ import contextlib
 import time
 from collections.abc import Iterable
 
-from confluent_kafka import Consumer, Message, TopicPartition
+from confluent_kafka import Message, TopicPartition
 
 from streams.adapters.kafka import ensure_topics, make_reader
-from streams.ops import status
+from streams.apps.ops import status
 from streams.settings import KafkaSettings, Settings
 from streams.topics import TopicSpec
 
@@ -80,14 +84,10 @@ def drain(
     Stops when ``expected`` records were read, or after ``idle_s`` without records
     once something was read, or at ``timeout_s``.
     """
-    consumer = Consumer(
-        {
-            "bootstrap.servers": kafka.bootstrap_servers,
-            "group.id": f"drain-{topic}-{time.time_ns()}",
-            "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
-            "isolation.level": "read_committed",
-        }
+    consumer = make_reader(
+        kafka,
+        f"drain-{topic}-{time.time_ns()}",
+        **{"auto.offset.reset": "earliest", "isolation.level": "read_committed"},
     )
     try:
         metadata = consumer.list_topics(topic, timeout=10)
@@ -160,13 +160,7 @@ def partitions_of(messages: Iterable[Message]) -> dict[bytes, set[int]]:
 
 def group_lag(kafka: KafkaSettings, group: str, topic: str) -> int:
     """Records of ``topic`` not yet committed by ``group`` (sum over partitions)."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": kafka.bootstrap_servers,
-            "group.id": group,
-            "enable.auto.commit": False,
-        }
-    )
+    consumer = make_reader(kafka, group)
     try:
         parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
         tps = [TopicPartition(topic, p) for p in parts]
@@ -200,6 +194,43 @@ def wait_for_no_lag(kafka: KafkaSettings, group: str, topic: str, timeout_s: flo
 
 
 def topic_size(settings: Settings, topic: str) -> int:
-    """Records in ``topic`` now (:func:`streams.ops.status.topic_size`, the status view's count)."""
+    """Records in ``topic`` now (:func:`streams.apps.ops.status.topic_size`, the status view's count)."""
     with contextlib.closing(make_reader(settings.kafka, status.PROBE_GROUP)) as consumer:
         return status.topic_size(consumer, topic)
+
+
+def read_to_end(kafka: KafkaSettings, topic: str, *, timeout_s: float = 60.0) -> list[Message]:
+    """Every record of ``topic`` up to each partition's high watermark at the time of the
+    call (no group commits): an exact read, for a test that already knows the producers
+    are done (after a sentinel or a settled pipeline), with no idle wait.
+
+    Raises:
+        AssertionError: the watermarks were not reached within ``timeout_s``.
+    """
+    consumer = make_reader(
+        kafka,
+        f"read-to-end-{topic}-{time.time_ns()}",
+        **{"auto.offset.reset": "earliest", "isolation.level": "read_committed"},
+    )
+    try:
+        parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        ends: dict[int, int] = {}
+        for p in parts:
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            if high > low:
+                ends[p] = high
+        consumer.assign([TopicPartition(topic, p, 0) for p in ends])
+        out: list[Message] = []
+        deadline = time.monotonic() + timeout_s
+        while ends:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{topic}: watermarks {ends} not reached in {timeout_s}s")
+            msg = consumer.poll(0.2)
+            if msg is not None and not msg.error():
+                out.append(msg)
+            for tp in consumer.position([TopicPartition(topic, p) for p in list(ends)]):
+                if tp.offset >= ends[tp.partition]:
+                    del ends[tp.partition]
+        return out
+    finally:
+        consumer.close()

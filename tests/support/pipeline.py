@@ -1,4 +1,4 @@
-"""Tests use the product's sandbox (streams/sandbox/): an isolated pipeline per test.
+"""Tests use the product's sandbox (streams/devtools/sandbox/): an isolated pipeline per test.
 
 :class:`Pipeline` adds to the sandbox's pipeline what only tests use: the other
 topics' names and the workers' logs for failure messages.
@@ -10,8 +10,8 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import ParamSpec
 
-from streams.sandbox import pipeline as sandbox
-from streams.sandbox.smtp import free_port
+from streams.devtools.sandbox import pipeline as sandbox
+from streams.devtools.sandbox.smtp import free_port
 from streams.topics import ACCOUNT_EVENTS_DLQ, INVOICES
 
 __all__ = ["Pipeline", "free_port", "isolated_pipeline"]
@@ -49,5 +49,5 @@ def _yielding_test_pipelines(
     return wrapped
 
 
-#: :func:`streams.sandbox.pipeline.isolated_pipeline` (same arguments), yielding a :class:`Pipeline`.
+#: :func:`streams.devtools.sandbox.pipeline.isolated_pipeline` (same arguments), yielding a :class:`Pipeline`.
 isolated_pipeline = _yielding_test_pipelines(sandbox.isolated_pipeline)

@@ -24,8 +24,8 @@ from pathlib import Path
 
 from confluent_kafka import Producer
 
-from streams.domain.codec import encode
-from streams.domain.events import (
+from streams.core.domain.codec import encode
+from streams.core.domain.events import (
     CustomerUpserted,
     Envelope,
     EventData,

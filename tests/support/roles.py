@@ -17,10 +17,9 @@ import psycopg
 from psycopg import sql
 from pydantic import SecretStr
 
-from streams import grants
-from streams.adapters import migrate
-from streams.adapters.provision import provision_publication
-from streams.sandbox.pipeline import _drop_database
+from streams.adapters.postgres import grants, migrate
+from streams.adapters.postgres.provision import provision_publication
+from streams.devtools.sandbox.pipeline import _drop_database
 from streams.settings import DatabaseRole, PostgresSettings, RoleName, Settings
 from tests.support import stack as providers
 
@@ -40,7 +39,7 @@ def superuser(settings: Settings, dbname: str = "postgres") -> psycopg.Connectio
             dbname=dbname,
             autocommit=True,
         )
-    from streams.stack.manager import Stack
+    from streams.devtools.stack.manager import Stack
 
     return psycopg.connect(
         host=str(Stack(settings).postgres_socket_dir()),

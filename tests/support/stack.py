@@ -45,7 +45,7 @@ def provider_name() -> str:
 
 def start_local(settings: Settings) -> None:
     """Bring the local stack up (installing and provisioning as needed)."""
-    from streams.stack.manager import Stack
+    from streams.devtools.stack.manager import Stack
 
     Stack(settings, report=lambda m: print(f"stack: {m}")).up()
 

@@ -1,12 +1,12 @@
-"""A pipeline on the twins, for unit tests of the loops: the in-memory Kafka (the
-registry's topics), the in-memory database with the twin stores, the in-memory tax
-service and mail transport — no service, no mock (CONVENTIONS "fakes instead of mocks").
+"""A pipeline on the twins, for unit tests of the loops: the in-memory Kafka (the registry's
+topics), the in-memory database with the twin stores, the in-memory tax service and mail transport —
+no service, no mock (docs/conventions.md "Ports with two implementations").
 
 :class:`Twins` builds workers and senders on them, writes events the way producers do
 (CloudEvents binary mode, key = customer id, murmur2 partition) and reads back what the
 pipeline did (rows, committed offsets, dead letters). :func:`drive` steps a worker's
 poll loop (``poll_once``) until a condition holds, on the test's thread, as
-:meth:`~streams.invoicing.worker.InvoicingWorker.run` would.
+:meth:`~streams.apps.invoicing.worker.InvoicingWorker.run` would.
 """
 
 from __future__ import annotations
@@ -26,25 +26,25 @@ from prometheus_client import REGISTRY
 
 from streams.adapters.kafka import topic_specs
 from streams.adapters.memory.database import InMemoryDatabase
-from streams.adapters.memory.deliveries import InMemoryDeliveryStore
 from streams.adapters.memory.kafka import InMemoryConsumer, InMemoryKafka, partition_for
 from streams.adapters.memory.mail import InMemoryMailTransport
 from streams.adapters.memory.store import tables
 from streams.adapters.memory.stores import MEMORY
 from streams.adapters.memory.tax import InMemoryTaxService
-from streams.billing.dead_letters import DeadLetters
-from streams.billing.ports import TaxService
-from streams.domain.codec import encode
-from streams.domain.events import (
+from streams.apps.email.sender import EmailSender
+from streams.apps.email.twin import InMemoryDeliveryStore
+from streams.apps.invoicing.worker import InvoicingWorker
+from streams.core.billing.dead_letters import DeadLetters
+from streams.core.billing.ports import TaxService
+from streams.core.domain.codec import encode
+from streams.core.domain.events import (
     BillingPeriodClosed,
     CustomerUpserted,
     Envelope,
     EventData,
     UsageRecorded,
 )
-from streams.domain.invoice import TaxedLine, TaxLine
-from streams.email.sender import EmailSender
-from streams.invoicing.worker import InvoicingWorker
+from streams.core.domain.invoice import TaxedLine, TaxLine
 from streams.settings import Settings
 from streams.topics import ACCOUNT_EVENTS, ACCOUNT_EVENTS_DLQ, INVOICES, INVOICES_DLQ
 
@@ -271,7 +271,7 @@ def spin(workers: InvoicingWorker | Sequence[InvoicingWorker], seconds: float) -
 
 
 class GatedTax:
-    """A :class:`~streams.billing.ports.TaxService` that holds each call until released,
+    """A :class:`~streams.core.billing.ports.TaxService` that holds each call until released,
     and records the thread it ran on; the answers are the in-memory service's."""
 
     def __init__(self, inner: InMemoryTaxService) -> None:

@@ -5,16 +5,32 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
 
-from streams.sandbox.processes import WorkerProcess
-from streams.sandbox.smtp import free_port
-from streams.usage_view.app import usage_path
+from streams.apps.ingest.keys import ApiKeyFile
+from streams.apps.usage_view.app import usage_path
+from streams.devtools.sandbox.processes import WorkerProcess
+from streams.devtools.sandbox.smtp import free_port
 from tests.support.pipeline import Pipeline
 
 T = TypeVar("T")
+
+
+#: The ``usage:read`` key of each started view instance's port (sent by :func:`get_usage`).
+_PORT_KEYS: dict[int, str] = {}
+
+
+def view_keys_file(p: Pipeline) -> Path:
+    """The key file the sandbox's view instances check bearer keys against."""
+    return p.workdir / "view-api-keys.json"
+
+
+def view_key(p: Pipeline, *scopes: str) -> str:
+    """A new key in :func:`view_keys_file` with ``scopes`` (default ``usage:read``)."""
+    return ApiKeyFile(view_keys_file(p)).create("tests", scopes=scopes or ("usage:read",))[1]
 
 
 def view_env(
@@ -26,6 +42,7 @@ def view_env(
         "INVOICING_VIEW__GROUP": f"{p.settings.kafka.topic_prefix}usage-view",
         "INVOICING_VIEW__STORE": store,
         "INVOICING_VIEW__DATA_DIR": str(p.workdir / "view-data"),
+        "INVOICING_INGEST__API_KEYS_FILE": str(view_keys_file(p)),
     }
     if price_book is not None:
         env["INVOICING_VIEW__PRICE_BOOK"] = price_book
@@ -35,6 +52,7 @@ def view_env(
 def start_view(p: Pipeline, port: int | None = None, **env: Any) -> tuple[WorkerProcess, int]:
     """One view instance on ``port`` (a free one by default)."""
     port = port or free_port()
+    _PORT_KEYS[port] = view_key(p)
     (proc,) = p.workers.start(
         "usage-view", extra_env=view_env(p, **env), args=["--port", str(port)]
     )
@@ -89,13 +107,27 @@ def wait_assigned(
     return wait_until(f"partitions assigned across {ports}", probe, p, timeout_s)
 
 
-def get_usage(port: int, customer: str, period: str, *, timeout_s: float = 10.0) -> httpx.Response:
-    return httpx.get(f"http://127.0.0.1:{port}{usage_path(customer, period)}", timeout=timeout_s)
+def get_usage(
+    port: int,
+    customer: str,
+    period: str,
+    *,
+    timeout_s: float = 10.0,
+    headers: dict[str, str] | None = None,
+) -> httpx.Response:
+    """The view's answer; ``headers`` default: the instance's read key (:func:`start_view`)."""
+    if headers is None:
+        headers = {"Authorization": f"Bearer {_PORT_KEYS[port]}"}
+    return httpx.get(
+        f"http://127.0.0.1:{port}{usage_path(customer, period)}",
+        timeout=timeout_s,
+        headers=headers,
+    )
 
 
 def usage_ok(port: int, customer: str, period: str) -> dict[str, Any] | None:
     """The 200 answer, or ``None`` (404 before the customer's events arrived, 503 while
-    the view rebalances)."""
+    the view rebalances, 508 when a forwarded request met a stale assignment)."""
     try:
         response = get_usage(port, customer, period)
     except httpx.HTTPError:
@@ -103,5 +135,5 @@ def usage_ok(port: int, customer: str, period: str) -> dict[str, Any] | None:
     if response.status_code == 200:
         body: dict[str, Any] = response.json()
         return body
-    assert response.status_code in (404, 503), response.text
+    assert response.status_code in (404, 503, 508), response.text
     return None

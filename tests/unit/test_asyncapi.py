@@ -18,10 +18,11 @@ from jsonschema import (  # type: ignore[import-untyped]
     ValidationError,
 )
 
-from streams.billing.dead_letters import DeadLetters
-from streams.domain.codec import encode, headers_dict
-from streams.domain.events import Envelope
-from streams.schemas.render import ASYNCAPI_FILE, message_id, render_asyncapi
+from streams.core.billing.dead_letters import DeadLetters
+from streams.core.domain.codec import encode, headers_dict
+from streams.core.domain.events import Envelope
+from streams.devtools.schemas.asyncapi import message_id, render_asyncapi
+from streams.devtools.schemas.files import ASYNCAPI_FILE
 from streams.topics import ACCOUNT_EVENTS, ACCOUNT_EVENTS_DLQ, INVOICES, REGISTRY
 from tests.unit.test_schemas import TOPIC_MODELS, sample_events
 
@@ -250,7 +251,7 @@ def keywords(node: Any) -> Iterator[str]:
 
 def test_schema_files_mean_the_same_under_the_default_asyncapi_schema_format() -> None:
     files = sorted(SCHEMAS.rglob("*.schema.json"))
-    # Topic files, plus the price book's document schema and the HTTP bodies' (issue 13),
+    # Topic files, plus the price book's document schema and the HTTP bodies' (docs/usage-api.md),
     # checked alike below.
     topic_files = [path for path in files if path.parent.name not in ("price-book", "http")]
     assert len(topic_files) == len(REGISTRY) * 2 + sum(len(m) for m in TOPIC_MODELS.values())

@@ -8,9 +8,9 @@ from decimal import Decimal
 
 import pytest
 
-from streams.domain.codec import decode, encode
-from streams.domain.errors import InvalidEvent
-from streams.domain.events import (
+from streams.core.domain.codec import decode, encode
+from streams.core.domain.errors import InvalidEvent
+from streams.core.domain.events import (
     BillingPeriodClosed,
     CustomerUpserted,
     Envelope,

@@ -204,3 +204,64 @@ def test_workers_point_at_compose_services(compose: dict[str, Any]) -> None:
         section, _, field = name.removeprefix("INVOICING_").lower().partition("__")
         assert field in type(getattr(Settings(), section)).model_fields, name
         assert value
+
+
+#: Every process of the product, as a compose service (docker/Dockerfile's entry point is
+#: `invoicing`, so a service's command is an `invoicing` command line).
+PROCESSES = ("invoicing-worker", "email-sender", "usage-view", "ingest", "portal")
+
+
+def _cli_paths() -> set[tuple[str, ...]]:
+    import typer
+
+    from streams.entrypoints.app import app
+
+    paths: set[tuple[str, ...]] = set()
+
+    def walk(cmd: Any, path: tuple[str, ...]) -> None:
+        paths.add(path)
+        for name, sub in (getattr(cmd, "commands", None) or {}).items():
+            walk(sub, (*path, name))
+
+    walk(typer.main.get_command(app), ())
+    return paths
+
+
+def test_every_process_runs_its_real_command(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    known = _cli_paths()
+    for name in PROCESSES:
+        command = tuple(services[name]["command"])
+        assert command in known, f"{name}: invoicing {' '.join(command)} is no command"
+        assert "entrypoint" not in services[name]
+        assert services[name]["profiles"] == ["workers"]
+    # the others replace the entry point on purpose
+    assert services["smtp"]["entrypoint"][:2] == ["python", "-m"]
+    assert services["provision"]["entrypoint"] == ["sh", "-c"]
+
+
+def test_every_process_settings_load_and_serve_metrics(
+    compose: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    services = compose["services"]
+    for name in PROCESSES:
+        for var in list(os.environ):
+            if var.startswith("INVOICING_"):
+                monkeypatch.delenv(var)
+        for var, value in services[name]["environment"].items():
+            monkeypatch.setenv(var, str(value))
+        s = Settings()
+        ports = [str(p) for p in services[name]["ports"]]
+        assert all(p.startswith("127.0.0.1:") for p in ports)
+        if name in ("invoicing-worker", "email-sender"):
+            assert s.worker.metrics_host == "0.0.0.0" and s.worker.metrics_port
+            assert any(p.endswith(f":{s.worker.metrics_port}") for p in ports)
+        else:
+            host, port = {
+                "usage-view": (s.view.host, s.view.port),
+                "ingest": (s.ingest.host, s.ingest.port),
+                "portal": (s.portal.host, s.portal.port),
+            }[name]
+            assert host == "0.0.0.0"
+            assert any(p.endswith(f":{port}") for p in ports)
+            assert "/health" in " ".join(services[name]["healthcheck"]["test"])

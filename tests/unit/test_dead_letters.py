@@ -1,8 +1,8 @@
-"""Dead-lettering never crash-loops the worker (streams/billing/dead_letters.py, worker.py).
+"""Dead-lettering never crash-loops the worker (streams/core/billing/dead_letters.py, worker.py).
 
 A record too large for the dead-letter topic is sent truncated, with a header
 saying so; every other failure to produce is a :class:`DeadLetterError`, which
-the worker answers with a backoff and a rewind (invariant 5, DESIGN §3: bad
+the worker answers with a backoff and a rewind (docs/design.md, invariant 5: bad
 input never stalls a partition and is never dropped silently). A fake producer
 that refuses on demand stands in for librdkafka (the worker's database and
 consumer are the in-memory twins); tests/integration/test_dead_letters.py checks
@@ -19,14 +19,14 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 from prometheus_client import REGISTRY
 
-from streams.adapters.kafka import Record
 from streams.adapters.memory.database import InMemoryDatabase
 from streams.adapters.memory.kafka import InMemoryKafka
 from streams.adapters.memory.stores import MEMORY
 from streams.adapters.memory.tax import InMemoryTaxService
-from streams.billing import rows
-from streams.billing.dead_letters import TRUNCATED_VALUE_BYTES, DeadLetterError, DeadLetters
-from streams.invoicing.worker import InvoicingWorker, _Batch
+from streams.apps.invoicing.worker import InvoicingWorker, _Batch
+from streams.core.billing import rows
+from streams.core.billing.dead_letters import TRUNCATED_VALUE_BYTES, DeadLetterError, DeadLetters
+from streams.core.billing.rows import Record
 from streams.settings import Settings
 
 Produced = tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]
@@ -260,7 +260,7 @@ def test_a_bad_record_of_nobody_is_dead_lettered_logged_and_counted(
     producer = FakeProducer()
     worker = make_worker(settings, producer)
     before = metric("invoicing_dead_lettered_total", kind="invalid", attribution="unattributed")
-    with caplog.at_level(logging.ERROR, logger="streams.invoicing.worker"):
+    with caplog.at_level(logging.ERROR, logger="streams.apps.invoicing.worker"):
         try:
             ok, batch = dead_letter(worker, bad_record(b"\xff\xfe", [("ce_subject", b"\xc3")]))
         finally:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from decimal import Decimal
 from pathlib import Path
 
-from streams.demo.expected import expected_from_file
+from streams.apps.ops.focus_expected import expected_from_file
 
 HEADER = "Id,SubAccountId,BillingPeriodStart,BilledCost,BillingCurrency,ChargePeriodStart\n"
 

@@ -8,18 +8,18 @@ from pathlib import Path
 
 import pytest
 
-from streams.drill.config import DrillConfig
-from streams.drill.customers import generate_customers, usage_events
-from streams.drill.report import DrillReport, duplicate_counts, spread
+from streams.devtools.drill.config import DrillConfig
+from streams.devtools.drill.customers import generate_customers, usage_events
+from streams.devtools.drill.report import DrillReport, duplicate_counts, spread
 
 STREAMS = Path(__file__).resolve().parents[2] / "streams"
-NAIVE = "streams.drill.naive"
+NAIVE = "streams.devtools.drill.naive"
 
 
 def imports_of_naive(source: str, filename: str = "<source>") -> list[str]:
     """``"<line>: <how>"`` for every way ``source`` imports the naive module:
-    ``import streams.drill.naive``, ``from streams.drill import naive``,
-    ``from streams.drill.naive import …``, relative forms, and
+    ``import streams.devtools.drill.naive``, ``from streams.devtools.drill import naive``,
+    ``from streams.devtools.drill.naive import …``, relative forms, and
     ``importlib.import_module``/``__import__`` with the name as a literal."""
     found: list[str] = []
     for node in ast.walk(ast.parse(source, filename)):
@@ -33,7 +33,7 @@ def imports_of_naive(source: str, filename: str = "<source>") -> list[str]:
             module = node.module or ""
             if node.level == 0 and (module == NAIVE or module.startswith(NAIVE + ".")):
                 found.append(f"{node.lineno}: from {module}")
-            elif (node.level == 0 and module == "streams.drill") or (
+            elif (node.level == 0 and module == "streams.devtools.drill") or (
                 node.level > 0 and module in ("", "drill")
             ):
                 found += [
@@ -56,13 +56,13 @@ def imports_of_naive(source: str, filename: str = "<source>") -> list[str]:
 @pytest.mark.parametrize(
     "source",
     [
-        "import streams.drill.naive",
-        "import streams.drill.naive as n",
-        "from streams.drill import naive",
-        "from streams.drill.naive import run_naive",
-        "def f():\n    from streams.drill.naive import NaiveWorker",
-        "import importlib\nimportlib.import_module('streams.drill.naive')",
-        "__import__('streams.drill.naive')",
+        "import streams.devtools.drill.naive",
+        "import streams.devtools.drill.naive as n",
+        "from streams.devtools.drill import naive",
+        "from streams.devtools.drill.naive import run_naive",
+        "def f():\n    from streams.devtools.drill.naive import NaiveWorker",
+        "import importlib\nimportlib.import_module('streams.devtools.drill.naive')",
+        "__import__('streams.devtools.drill.naive')",
         "from .drill import naive",
         "from ..drill.naive import run_naive",
     ],
@@ -74,10 +74,10 @@ def test_the_detector_catches_every_form_of_import(source: str) -> None:
 @pytest.mark.parametrize(
     "source",
     [
-        "import streams.drill",
-        "from streams.drill import safe",
-        "from streams.drill.report import DrillReport",
-        "x = 'streams.drill.naive is documented here'",
+        "import streams.devtools.drill",
+        "from streams.devtools.drill import safe",
+        "from streams.devtools.drill.report import DrillReport",
+        "x = 'streams.devtools.drill.naive is documented here'",
     ],
 )
 def test_the_detector_ignores_other_imports(source: str) -> None:
@@ -85,12 +85,12 @@ def test_the_detector_ignores_other_imports(source: str) -> None:
 
 
 def test_no_module_outside_streams_drill_imports_the_naive_design() -> None:
-    """The design that failed (DESIGN §1) is reproduced in streams/drill/naive.py for
-    the drill only; the pipeline must never use it."""
+    """The design that failed (docs/design.md "The incident") is reproduced in
+    streams/devtools/drill/naive.py for the drill only; the pipeline must never use it."""
     offenders = []
     checked = 0
     for path in sorted(STREAMS.rglob("*.py")):
-        if STREAMS / "drill" in path.parents:
+        if STREAMS / "devtools" / "drill" in path.parents:
             continue
         checked += 1
         offenders += [
@@ -104,7 +104,7 @@ def test_no_module_outside_streams_drill_imports_the_naive_design() -> None:
 def test_only_the_drill_command_runs_the_naive_design() -> None:
     users = sorted(
         path.name
-        for path in (STREAMS / "drill").glob("*.py")
+        for path in (STREAMS / "devtools" / "drill").glob("*.py")
         if path.name != "naive.py" and imports_of_naive(path.read_text(encoding="utf-8"))
     )
     assert users == ["run.py"]

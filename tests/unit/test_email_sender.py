@@ -1,9 +1,9 @@
-"""The email sender (streams/email/sender.py) on the twins: the in-memory Kafka (its
+"""The email sender (streams/apps/email/sender.py) on the twins: the in-memory Kafka (its
 invoices topic, the sender's group, committed offsets), the in-memory delivery store,
 the in-memory mail transport and the invoices dead-letter topic on the in-memory Kafka.
 Each test writes invoice events, polls them with the sender's consumer and hands them
-to :meth:`~streams.email.sender.EmailSender.handle` (process, then commit), as
-:meth:`~streams.email.sender.EmailSender.run` does; the last test runs the loop itself.
+to :meth:`~streams.apps.email.sender.EmailSender.handle` (process, then commit), as
+:meth:`~streams.apps.email.sender.EmailSender.run` does; the last test runs the loop itself.
 """
 
 from __future__ import annotations
@@ -20,13 +20,13 @@ import pytest
 from confluent_kafka import Message
 
 from streams.adapters.memory.dead_letters import dlq_headers
+from streams.adapters.memory.mailbox_simulator import BOUNCE
 from streams.adapters.memory.store import tables
-from streams.domain.events import InvoiceIssued
-from streams.email.errors import TransientEmailError
-from streams.email.render import document_ref
-from streams.email.sender import EmailSender, Outcome
+from streams.apps.email.errors import TransientEmailError
+from streams.apps.email.render import document_ref
+from streams.apps.email.sender import EmailSender, Outcome
+from streams.core.domain.events import InvoiceIssued
 from streams.settings import Settings
-from streams.stack.mailbox_simulator import BOUNCE
 from tests.support.twins import Twins, metric
 
 

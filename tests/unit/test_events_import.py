@@ -9,14 +9,14 @@ from typing import Any
 
 import pytest
 
-from streams.domain.codec import decode, encode
-from streams.domain.events import UsageMetered
-from streams.importers.events_import import (
+from streams.apps.importers.events_import import (
     IMPORTABLE_TYPES,
     EventLineError,
     parse_event_line,
     read_event_lines,
 )
+from streams.core.domain.codec import decode, encode
+from streams.core.domain.events import UsageMetered
 
 
 def line(**changes: Any) -> str:

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from streams.domain.errors import FocusFormatError
-from streams.domain.events import deterministic_id
-from streams.domain.focus import (
+from streams.core.domain.errors import FocusFormatError
+from streams.core.domain.events import deterministic_id
+from streams.core.domain.focus import (
     FocusRowError,
     FocusRowResult,
     FocusUsage,

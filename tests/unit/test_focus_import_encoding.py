@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from streams.domain.codec import encode
-from streams.domain.events import Envelope, UsageRecorded
-from streams.domain.focus import FocusRowError, FocusUsage, UsageFields, iter_focus_rows
-from streams.importers.focus_import import UsageEncoder
+from streams.apps.importers.focus_import import UsageEncoder
+from streams.core.domain.codec import encode
+from streams.core.domain.events import Envelope, UsageRecorded
+from streams.core.domain.focus import FocusRowError, FocusUsage, UsageFields, iter_focus_rows
 
 SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "focus" / "focus_sample.csv"
 SOURCE = "/importers/focus/focus_sample.csv"
@@ -128,7 +128,7 @@ def test_a_source_the_envelope_refuses_is_refused() -> None:
 
 
 def test_a_later_row_of_a_known_customer_is_held_to_the_contract_bounds() -> None:
-    """Every row meets the model's bounds (issue 10), not only a customer's first: a
+    """Every row meets the model's bounds, not only a customer's first: a
     later row with too many digits or a control character is refused on its line."""
     _, rows = sample_rows()
     base = rows[0]

@@ -1,4 +1,4 @@
-"""The privilege matrix (streams/grants.py) keeps its rules, and docs/roles.md shows it.
+"""The privilege matrix (streams/adapters/postgres/grants.py) keeps its rules, and docs/roles.md shows it.
 
 The database side (every table has an entry, the privileges equal the matrix, each
 forbidden statement refused) is tests/integration/test_roles.py.
@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from streams import grants
+from streams.adapters.postgres import grants
 from streams.settings import DatabaseRole, PostgresSettings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,10 +26,18 @@ def test_no_role_may_delete_or_edit_issued_documents() -> None:
     for table in DOCUMENTS:
         for key, privileges in grants.TABLES[table].items():
             assert not privileges.delete, (table, key)
-            if (table, key) == ("invoices", "replay"):
-                assert privileges.update == ("status",)
-            else:
-                assert not privileges.update, (table, key)
+            # migration 0018: not even the replay's status; it supersedes through a function
+            assert not privileges.update, (table, key)
+    assert grants.FUNCTIONS["supersede_invoice(uuid)"] == ("replay",)
+
+
+def test_only_the_pricing_role_publishes_and_never_names_the_stamp() -> None:
+    for table in ("billable_metrics", "plan_versions"):
+        writers = {k for k, p in grants.TABLES[table].items() if p.insert or p.update}
+        assert writers == {"pricing"}, table
+        insert = grants.TABLES[table]["pricing"].insert
+        assert insert != grants.ALL
+        assert not {"published_by", "published_at"} & set(insert), table
 
 
 def test_only_the_admin_may_prune_the_outbox_and_no_one_may_delete_it() -> None:
@@ -62,7 +70,8 @@ def test_statements_revoke_everything_before_granting() -> None:
     revoke = next(i for i, s in enumerate(statements) if s.startswith("REVOKE ALL ON TABLE"))
     grant_lines = [s for s in statements if s.startswith("GRANT") and "invoices" in s]
     assert all(statements.index(s) > revoke for s in grant_lines)
-    assert "GRANT UPDATE (status) ON TABLE invoices TO invoicing_replay" in statements
+    # migration 0018: the replay supersedes through supersede_invoice(uuid), no UPDATE grant
+    assert not any("UPDATE" in s and "invoicing_replay" in s for s in grant_lines)
     assert all("%" not in s for s in grants.statements())  # they pass through two drivers
 
 

@@ -9,16 +9,16 @@ from decimal import Decimal
 
 import pytest
 
-from streams.domain.errors import InvoiceRuleViolation
-from streams.domain.events import SourceRange, TaxAmount
-from streams.domain.invoice import (
+from streams.core.domain.errors import InvoiceRuleViolation
+from streams.core.domain.events import SourceRange, TaxAmount
+from streams.core.domain.invoice import (
     TaxedLine,
     TaxLine,
     UsageLine,
     compute_invoice,
     lines_before_marker,
 )
-from streams.domain.money import InvalidAmount, UnknownCurrency
+from streams.core.domain.money import InvalidAmount, UnknownCurrency
 
 TOPIC = "billing.account-events.v1"
 

@@ -1,4 +1,4 @@
-"""The invoice job (streams/invoicing/jobs.py) on the twins: the in-memory database with
+"""The invoice job (streams/apps/invoicing/jobs.py) on the twins: the in-memory database with
 the twin stores and the in-memory tax service. Each test stores a customer and usage,
 claims the partition fence, runs one job for a close marker and reads what it wrote."""
 
@@ -16,12 +16,12 @@ from streams.adapters.memory.database import InMemoryDatabase
 from streams.adapters.memory.store import holds, tables, usage
 from streams.adapters.memory.stores import MEMORY
 from streams.adapters.memory.tax import InMemoryTaxService
-from streams.billing.fencing import FencingToken
-from streams.billing.issuance import tax_idempotency_key
-from streams.billing.ports import TaxRejected, TaxService
-from streams.billing.rows import CloseMarker, SourceCoordinates, UsageRecord
-from streams.domain.events import CustomerUpserted, UsageRecorded, invoice_id_for
-from streams.invoicing.jobs import JobContext, JobResult, Outcome, run_invoice_job
+from streams.apps.invoicing.jobs import JobContext, JobResult, Outcome, run_invoice_job
+from streams.core.billing.fencing import FencingToken
+from streams.core.billing.issuance import tax_idempotency_key
+from streams.core.billing.ports import TaxRejected, TaxService
+from streams.core.billing.rows import CloseMarker, SourceCoordinates, UsageRecord
+from streams.core.domain.events import CustomerUpserted, UsageRecorded, invoice_id_for
 from tests.support.twins import PERIOD, GatedTax, metric
 
 TOPIC = "billing.account-events.v1"
@@ -81,7 +81,10 @@ class Job:
         token: FencingToken | None = None,
     ) -> JobResult:
         ctx = JobContext(
-            pool=self.db, tax=tax or self.tax, invoices_topic="invoices", stores=MEMORY
+            pool=self.db,
+            tax=tax or self.tax,
+            invoices_topic="test.billing.invoices.v1",
+            stores=MEMORY,
         )
         return run_invoice_job(
             ctx, marker or self.marker(), token or self.token, cancel or threading.Event()
@@ -286,8 +289,8 @@ def test_fenced(job: Job) -> None:
 
 def _metered_on_another_partition(job: Job) -> None:
     from streams.adapters.memory.store import metering
-    from streams.billing.rows import MeteredRecord
-    from streams.domain.events import UsageMetered
+    from streams.core.billing.rows import MeteredRecord
+    from streams.core.domain.events import UsageMetered
 
     record = MeteredRecord(
         "m-1",
@@ -304,7 +307,8 @@ def _metered_on_another_partition(job: Job) -> None:
 
 
 def test_metered_usage_on_another_partition_is_refused_not_left_out(job: Job) -> None:
-    """Issue 10, defect 4, for metered usage: the close marker's partition has the
+    """Usage on another partition is held, not left out (docs/operations.md "Adding
+    partitions"), for metered usage too: the close marker's partition has the
     pass-through lines, another partition a metered event; the invoice is refused
     (the worker holds it), never issued from the pass-through lines alone."""
     job.add_customer()

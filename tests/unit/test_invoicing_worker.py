@@ -1,4 +1,4 @@
-"""The invoicing worker's loop (streams/invoicing/worker.py) on the twins: the in-memory
+"""The invoicing worker's loop (streams/apps/invoicing/worker.py) on the twins: the in-memory
 Kafka (its group coordinator, offsets, pause/resume), the in-memory database with the
 twin stores, the in-memory tax service. No service; each test steps the loop itself
 (:func:`tests.support.twins.drive`), except the shutdown test, which runs ``run()``.
@@ -17,8 +17,8 @@ from streams.adapters.memory import fencing as twin_fencing
 from streams.adapters.memory.dead_letters import dlq_headers
 from streams.adapters.memory.kafka import InMemoryConsumer
 from streams.adapters.memory.store import tables
-from streams.billing.fencing import FencingToken
-from streams.invoicing.jobs import Outcome
+from streams.apps.invoicing.jobs import Outcome
+from streams.core.billing.fencing import FencingToken
 from streams.settings import Settings
 from tests.support.twins import (
     PERIOD,
@@ -210,7 +210,7 @@ def test_a_transient_database_error_backs_off_and_retries_without_committing(
     record = twins.usage(customer, "5.00")
     offset = record.offset()
     assert offset is not None
-    twins.db.fail_next(1, statement="usage.insert_usage")
+    twins.db.fail_next(1, statement="usage.insert_usage_rows")
     worker = twins.worker(retry_backoff_s=0.2)
     consumer = consumer_of(worker)
     commits: list[dict[int, int]] = []
@@ -255,6 +255,35 @@ def test_a_fenced_write_drops_the_partitions_work_and_commits_nothing(twins: Twi
     assert (
         later.offset() is not None and worker.stats["fencing_refusals"] == 1
     )  # dropped, not retried
+    worker.executor.shutdown()
+
+
+def test_one_poll_batch_is_one_transaction_and_one_commit_across_partitions(
+    twins: Twins,
+) -> None:
+    """Records of several partitions in one poll: one fenced transaction, one offset
+    commit for all of them; a partition whose fence moved on is dropped alone."""
+    customers = {p: twins.customer_on(p) for p in (2, 5, 8)}
+    last: dict[int, int] = {}
+    for partition, customer in customers.items():
+        twins.customer(customer)
+        for amount in ("1.00", "2.00"):
+            record = twins.usage(customer, amount, event_id=f"u-{partition}-{amount}")
+            assert record.offset() is not None
+            last[partition] = int(record.offset() or 0)
+    worker = twins.worker()
+    consumer = consumer_of(worker)
+    commits: list[dict[int, int]] = []
+    consumer.before_commit = lambda offsets: commits.append(
+        {tp.partition: tp.offset for tp in offsets}
+    )
+    with twins.db.connection() as conn:  # partition 8 belongs to a newer owner already
+        twin_fencing.claim(conn, FencingToken(twins.group, twins.topic, 8, 1000, "new-owner"))
+    subscribe(worker)
+    drive(worker, lambda: twins.committed().get(5) == last[5] + 1, what="the commit")
+    assert {2: last[2] + 1, 5: last[5] + 1} in commits  # one commit for both partitions
+    assert [len(stored_usage(twins, customers[p])) for p in (2, 5, 8)] == [2, 2, 0]
+    assert 8 not in twins.committed() and not worker.partitions[8].owned
     worker.executor.shutdown()
 
 
@@ -440,13 +469,13 @@ def test_a_marker_whose_invoice_is_refused_is_dead_lettered_held_and_passed(
 def test_a_conflicting_metered_event_is_dead_lettered_outside_the_transaction_once(
     twins: Twins,
 ) -> None:
-    """Issue 10 (merged with the rating wiring): a ``usage.metered`` whose id is stored
-    with another payload is found by the store's insert; the batch is rolled back, the
-    event dead-lettered once as read (kind ``conflict``), its period held, and the
-    batch's other records written."""
+    """Dead letters once, for metered usage too (docs/decisions/0008-dead-letters-once.md):
+    a ``usage.metered`` whose id is stored with another payload is found by the store's
+    insert; the batch is rolled back, the event dead-lettered once as read (kind
+    ``conflict``), its period held, and the batch's other records written."""
     from datetime import UTC, datetime
 
-    from streams.domain.events import UsageMetered
+    from streams.core.domain.events import UsageMetered
 
     customer = twins.customer_on(5)
     twins.customer(customer)

@@ -3,7 +3,7 @@
 The byte strings below were captured from ``Consumer.consumer_group_metadata()``
 (confluent-kafka / librdkafka 2.16.0) against the project's Kafka 4.3 broker on
 2026-11-29, before and after joining a group, without and with ``group.instance.id``.
-The generation is the fencing token's first half (DESIGN "Ownership and fencing"):
+The generation is the fencing token's first half (docs/design.md "Ownership and fencing"):
 a parser that reads it wrong fences the wrong writer, so these are pinned exactly.
 """
 

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from examples.ledger.ledger import Contract, ContractMissing, InvalidRecord, decode, effect_of
-from streams.domain.codec import encode
-from streams.domain.events import Envelope, InvoiceIssued
+from streams.core.domain.codec import encode
+from streams.core.domain.events import Envelope, InvoiceIssued
 from tests.unit.test_schemas import sample_events
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,7 +7,7 @@ from decimal import Decimal
 import pytest
 from pydantic import BaseModel, ValidationError
 
-from streams.domain.money import (
+from streams.core.domain.money import (
     Amount,
     InvalidAmount,
     UnknownCurrency,

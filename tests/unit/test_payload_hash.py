@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 import random
 from datetime import UTC, datetime, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
 
-from streams.billing.rows import (
+from streams.core.billing.rows import (
     PAYLOAD_HASH_KEYS,
     SourceCoordinates,
     UsageRecord,
@@ -15,8 +16,8 @@ from streams.billing.rows import (
     payload_hash,
     payload_hash_reference,
 )
-from streams.domain.events import UsageRecorded
-from streams.domain.focus import FocusUsage, iter_focus_rows
+from streams.core.domain.events import UsageRecorded
+from streams.core.domain.focus import FocusUsage, iter_focus_rows
 
 SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "focus" / "focus_sample.csv"
 
@@ -62,3 +63,34 @@ def test_unusual_values_hash_as_the_reference() -> None:
         assert payload_hash(data) == payload_hash_reference(data), canonical_json(data)
         record = UsageRecord(f"e{i}", data, SourceCoordinates("t", 0, i))
         assert record.payload_sha256 == payload_hash_reference(data)
+
+
+#: A usage payload and its canonical text, written by hand from the rule of
+#: :func:`streams.core.billing.rows.payload_hash` (sorted keys, no spaces, ASCII escapes, decimals as plain strings
+#: without trailing fractional zeros, times in UTC with ``Z``, schema_version included).
+PINNED_USAGE = UsageRecorded(
+    customer_id="acct-1",
+    billing_period="2024-09",
+    amount=Decimal("1.50"),
+    currency="USD",
+    quantity=Decimal("2"),
+    unit="Hours",
+    description="Café — 東京",
+    event_time=datetime(2024, 9, 3, 12, 0, tzinfo=UTC),
+)
+PINNED_TEXT = (
+    '{"amount":"1.5","billing_period":"2024-09","charge_category":null,'
+    '"consumed_quantity":null,"consumed_unit":null,"currency":"USD","customer_id":"acct-1",'
+    '"description":"Caf\\u00e9 \\u2014 \\u6771\\u4eac","event_time":"2024-09-03T12:00:00Z",'
+    '"provider":null,"quantity":"2","region_id":null,"schema_version":1,"sku_id":null,'
+    '"unit":"Hours"}'
+)
+#: sha256 of PINNED_TEXT, as stored in ``usage_lines.payload_hash`` since the hash was
+#: defined: a change here changes every stored hash (every resend becomes a conflict).
+PINNED_HASH = "7afbc368a8303fe653e9a1a8632066841717ddfa72c79dc1a9839f91799e3de9"
+
+
+def test_a_known_payload_keeps_its_pinned_hash() -> None:
+    assert hashlib.sha256(PINNED_TEXT.encode()).hexdigest() == PINNED_HASH
+    assert payload_hash(PINNED_USAGE) == PINNED_HASH
+    assert payload_hash_reference(PINNED_USAGE) == PINNED_HASH

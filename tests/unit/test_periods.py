@@ -6,8 +6,8 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from streams.domain.errors import InvalidPeriod
-from streams.domain.periods import BillingPeriod
+from streams.core.domain.errors import InvalidPeriod
+from streams.core.domain.periods import BillingPeriod
 
 
 def _at(text: str) -> datetime:

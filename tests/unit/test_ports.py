@@ -1,6 +1,6 @@
 """The PostgreSQL stores, the fences, the dead-letter sink, the Kafka clients and their
-in-memory twins implement the kernel's ports (streams/billing/ports.py,
-streams/email/store.py ``Deliveries``): mypy checks each against its Protocol (the
+in-memory twins implement the kernel's ports (streams/core/billing/ports.py,
+streams/apps/email/store.py ``Deliveries``): mypy checks each against its Protocol (the
 assignments below), and the test checks that every member of a port exists."""
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from streams.adapters.memory import fencing as memory_fencing
 from streams.adapters.memory import store as memory_store
 from streams.adapters.memory.database import InMemoryDatabase, MemoryConnection
 from streams.adapters.memory.dead_letters import InMemoryDeadLetterSink
-from streams.adapters.memory.deliveries import InMemoryDeliveryStore
 from streams.adapters.memory.kafka import InMemoryConsumer, InMemoryProducer
-from streams.billing import fencing, ports, store
-from streams.billing.dead_letters import DeadLetters
-from streams.email.store import Deliveries, DeliveryStore
+from streams.apps.email.store import Deliveries, DeliveryStore
+from streams.apps.email.twin import InMemoryDeliveryStore
+from streams.core.billing import fencing, ports, store
+from streams.core.billing.dead_letters import DeadLetters
 
 Conn = psycopg.Connection[Any]
 

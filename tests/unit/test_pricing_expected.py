@@ -1,5 +1,6 @@
-"""The independent answer of the pricing demo (streams/demo/pricing/expected.py), on
-hand-computed cases: RATING.md's published examples, the bounds, proration, segments.
+"""The independent answer of the pricing demo (streams/devtools/demo/pricing/expected.py), on
+hand-computed cases: the vendors' published examples (docs/rating.md "What vendors
+publish"), the bounds, proration, segments.
 
 It must not use the rating core: the last tests check its imports.
 """
@@ -16,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from streams.demo.pricing import expected as checker
-from streams.demo.pricing.expected import (
+from streams.devtools.demo.pricing import expected as checker
+from streams.devtools.demo.pricing.expected import (
     ExpectedInvoice,
     expected_invoices,
     month_days,
@@ -116,7 +117,7 @@ def amounts(invoice: ExpectedInvoice) -> list[Decimal]:
     return [line.amount for line in invoice.lines]
 
 
-# ------------------------------------------------------------------ RATING.md's published figures
+# ----------------------------------- the vendors' published figures (docs/rating.md)
 
 ZUPLO = "[{up_to: 1000, unit_price: 0.10}, {up_to: 10000, unit_price: 0.05}, {up_to: null, unit_price: 0.01}]"
 AUTUMN = "[{up_to: 1000, unit_price: 0.01}, {up_to: 10000, unit_price: 0.008}, {up_to: inf, unit_price: 0.005}]"
@@ -453,7 +454,7 @@ def test_importing_and_running_the_checker_loads_no_rating_code() -> None:
     code = (
         "import sys\n"
         "from pathlib import Path\n"
-        "from streams.demo.pricing.expected import expected_invoices\n"
+        "from streams.devtools.demo.pricing.expected import expected_invoices\n"
         f"expected_invoices(Path({str(example)!r}).read_text(), [], '2024-11')\n"
         "loaded = sorted(m for m in sys.modules if m.startswith('streams.'))\n"
         "print(','.join(loaded))\n"
@@ -462,5 +463,5 @@ def test_importing_and_running_the_checker_loads_no_rating_code() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
     loaded = result.stdout.strip().split(",")
-    assert "streams.demo.pricing.expected" in loaded
-    assert [m for m in loaded if m.startswith("streams.domain")] == []
+    assert "streams.devtools.demo.pricing.expected" in loaded
+    assert [m for m in loaded if m.startswith("streams.core.domain")] == []

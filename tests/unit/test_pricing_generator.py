@@ -1,4 +1,4 @@
-"""The pricing scenario's generator (streams/demo/pricing/generator.py): seeded and
+"""The pricing scenario's generator (streams/devtools/demo/pricing/generator.py): seeded and
 reproducible, every profile present, importable events, and the independent answer
 agrees with the rating core on what it generates."""
 
@@ -12,9 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from streams.demo.pricing.expected import expected_invoices, parse_events
-from streams.demo.pricing.generator import PROFILES, Scenario, ScenarioConfig, generate
-from streams.domain.events import (
+from streams.apps.importers.events_import import parse_event_line
+from streams.core.domain.events import (
     EVENT_TYPES,
     SubscriptionChanged,
     SubscriptionEnded,
@@ -22,9 +21,10 @@ from streams.domain.events import (
     UsageMetered,
     UsageRecorded,
 )
-from streams.domain.invoice import UsageLine
-from streams.domain.rating import MeteredEvent, load_price_book, rate_events
-from streams.importers.events_import import parse_event_line
+from streams.core.domain.invoice import UsageLine
+from streams.core.domain.rating import MeteredEvent, load_price_book, rate_events
+from streams.devtools.demo.pricing.expected import expected_invoices, parse_events
+from streams.devtools.demo.pricing.generator import PROFILES, Scenario, ScenarioConfig, generate
 
 BOOK = Path(__file__).resolve().parents[2] / "examples" / "pricing" / "price-book.yaml"
 SMALL = ScenarioConfig(customers=12, seed=1)

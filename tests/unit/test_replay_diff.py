@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from decimal import Decimal
 
-from streams.domain.invoice import TaxedLine, UsageLine, compute_invoice
-from streams.replay.diff import CustomerDiff, IssuedInvoice, IssuedLine, compare, lines_differ
+from streams.apps.replay.diff import CustomerDiff, IssuedInvoice, IssuedLine, compare, lines_differ
+from streams.core.domain.invoice import TaxedLine, UsageLine, compute_invoice
 
 TOPIC = "billing.account-events.v1"
 RATE = Decimal("0.1")

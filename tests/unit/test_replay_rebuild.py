@@ -7,14 +7,16 @@ from decimal import Decimal
 
 import pytest
 
-from streams.domain.errors import InvalidPeriod
-from streams.domain.events import (
+from streams.apps.replay.rebuild import Coordinates, PeriodRebuild
+from streams.core.domain.codec import encode
+from streams.core.domain.errors import InvalidPeriod
+from streams.core.domain.events import (
     BillingPeriodClosed,
     CustomerUpserted,
     Envelope,
     UsageRecorded,
 )
-from streams.replay.rebuild import Coordinates, PeriodRebuild
+from streams.core.domain.fastcodec import FastUsage, decode_usage
 
 TOPIC = "t.billing.account-events.v1"
 WHEN = datetime(2024, 9, 3, tzinfo=UTC)
@@ -125,3 +127,39 @@ def test_invalid_records_are_counted_with_their_key() -> None:
 def test_invalid_period_is_refused() -> None:
     with pytest.raises(InvalidPeriod):
         PeriodRebuild("2024-13")
+
+
+def _fast(envelope: Envelope, value: bytes | None = None) -> tuple[FastUsage, bytes]:
+    record = encode(envelope)
+    raw = record.value if value is None else value
+    fast = decode_usage(record.key, raw, record.headers)
+    assert fast is not None
+    return fast, raw
+
+
+def test_records_read_by_the_fast_decoder_rebuild_the_same_period() -> None:
+    by_model, by_fast = PeriodRebuild("2024-09"), PeriodRebuild("2024-09")
+    records = [
+        (usage("e1", "1.25"), at(3)),
+        (usage("e2", "2.50"), at(4)),
+        (usage("other", "9", period="2024-08"), at(5)),
+        (usage("e1", "1.25"), at(6)),  # a duplicate
+        (usage("e2", "2.6"), at(7)),  # a conflict
+    ]
+    for envelope, where in records:
+        by_model.add(envelope, where)
+        by_fast.add_fast_usage(*_fast(envelope), where)
+    assert by_fast.usage_by_customer() == by_model.usage_by_customer()
+    assert by_fast.conflicts == by_model.conflicts
+    assert (by_fast.duplicates, by_fast.usage_events) == (by_model.duplicates, 2)
+
+
+def test_other_bytes_of_the_same_fact_are_a_duplicate_not_a_conflict() -> None:
+    rb = PeriodRebuild("2024-09")
+    first = usage("e1", "1.5")
+    fast, raw = _fast(first)
+    rb.add_fast_usage(fast, raw, at(1))
+    written_again = raw.replace(b'"1.5"', b'"1.50"')
+    rb.add_fast_usage(*_fast(usage("e1", "1.50"), written_again), at(2))
+    assert rb.conflicts == [] and rb.duplicates == 1
+    assert [line.amount for line in rb.usage_by_customer()["c1"]] == [Decimal("1.5")]

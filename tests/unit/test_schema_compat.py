@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from streams.schemas.compat import (
+from streams.devtools.schemas.compat import (
     BaseUnavailable,
     breaking_changes,
     check_compat,
@@ -136,7 +136,7 @@ def test_enum_narrowing_is_refused_and_widening_accepted() -> None:
     closed = "billing.account-events.v1/billing_period.closed.schema.json"
 
     def narrow(s: dict[str, Any]) -> None:
-        s["properties"]["reason"]["enum"] = ["period_closed"]
+        s["properties"]["reason"]["enum"] = ["period_closed", "draft_finalize"]
 
     assert changed(closed, narrow) == ["field 'reason': allowed value(s) \"hold_released\" removed"]
 

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from jsonschema import Draft202012Validator, ValidationError  # type: ignore[import-untyped]
 
-from streams.domain.codec import encode
-from streams.domain.events import (
+from streams.core.domain.codec import encode
+from streams.core.domain.events import (
     EVENT_TYPES,
     BillingPeriodClosed,
     CreditNoteIssued,
@@ -27,7 +27,7 @@ from streams.domain.events import (
     UsageRecorded,
     event_models,
 )
-from streams.schemas.render import render_schemas, stale_schemas, write_schemas
+from streams.devtools.schemas.render import render_schemas, stale_schemas, write_schemas
 from streams.topics import REGISTRY
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
@@ -142,7 +142,7 @@ def validator(relative: str) -> Draft202012Validator:
 
 def test_committed_schemas_are_up_to_date() -> None:
     stale = stale_schemas(SCHEMAS)
-    assert stale == [], f"run `python -m streams.schemas schemas` and commit: {stale}"
+    assert stale == [], f"run `python -m streams.devtools.schemas schemas` and commit: {stale}"
 
 
 def test_every_topic_and_event_type_has_its_files() -> None:
@@ -154,7 +154,7 @@ def test_every_topic_and_event_type_has_its_files() -> None:
         for model in models:
             assert f"{topic}/{model.event_type}.schema.json" in rendered
     # The price book's schema is a document's, not a topic's (checked below), and so
-    # are the HTTP bodies' (http/, issue 13).
+    # are the HTTP bodies' (http/; docs/usage-api.md).
     value_files = {
         p
         for p in rendered

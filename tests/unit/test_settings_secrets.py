@@ -7,7 +7,7 @@ import pydantic
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 
-from streams.adapters.migrate import url
+from streams.adapters.postgres.migrate import url
 from streams.settings import PostgresSettings, Settings
 
 SECRET = "s3cr3t pass@host/db=x 'q' hostaddr=10.0.0.1"

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from streams.adapters.maildir import count_by_header, list_messages
-from streams.stack.mailbox_simulator import BOUNCE, DEFER, simulated_refusal
+from streams.adapters.memory.mailbox_simulator import BOUNCE, DEFER, simulated_refusal
+from streams.devtools.stack.maildir import count_by_header, list_messages
 
 
 def free_port() -> int:
@@ -41,7 +41,7 @@ def sink(tmp_path: Path) -> Iterator[Sink]:
     maildir = tmp_path / "maildir"
     maildir.mkdir()  # as the stack layout does: the sink must still create tmp/new/cur
     log = tmp_path / "smtp_sink.log"
-    argv = [sys.executable, "-m", "streams.stack.smtp_sink", "--host", "127.0.0.1"]
+    argv = [sys.executable, "-m", "streams.devtools.stack.smtp_sink", "--host", "127.0.0.1"]
     argv += ["--port", str(port), "--maildir", str(maildir)]
     with log.open("wb") as out:
         process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from streams.domain.events import EVENT_TYPES, event_models
+from streams.core.domain.events import EVENT_TYPES, event_models
 from streams.topics import (
     ACCOUNT_EVENTS,
     DEAD_LETTER_TOPICS,

@@ -1,6 +1,6 @@
 """The real side of the store contracts: a sandbox PostgreSQL database of their own
 (created on the stack's server, migrated to head with Alembic, dropped at the end of
-the session), as :func:`streams.sandbox.pipeline.isolated_pipeline` makes one, without
+the session), as :func:`streams.devtools.sandbox.pipeline.isolated_pipeline` makes one, without
 the Debezium parts the stores do not need."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import pytest
 from psycopg_pool import ConnectionPool
 
 from streams import bootstrap
-from streams.billing.stores import POSTGRES
-from streams.email.store import Deliveries, DeliveryStore
+from streams.apps.email.store import Deliveries, DeliveryStore
+from streams.core.billing.stores import POSTGRES
 from streams.settings import Settings
 from tests.contracts.stores import StoreHarness
 from tests.support.roles import migrated_database

@@ -1,5 +1,5 @@
 """The contract of the close store (tests/contracts/close_store.py) on PostgreSQL
-(``streams.billing.store.closes``) in the sandbox database of tests/integration/contracts/conftest.py."""
+(``streams.core.billing.store.closes``) in the sandbox database of tests/integration/contracts/conftest.py."""
 
 from __future__ import annotations
 

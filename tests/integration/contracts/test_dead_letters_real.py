@@ -1,5 +1,5 @@
 """The dead-letter sink's contract (tests/contracts/dead_letters.py) on
-:class:`~streams.billing.dead_letters.DeadLetters` with a real producer
+:class:`~streams.core.billing.dead_letters.DeadLetters` with a real producer
 (:func:`streams.adapters.kafka.make_producer`) and a topic of its own on the stack's
 broker; "cannot deliver" is a topic that does not exist (the broker does not create
 topics) with a short delivery timeout."""
@@ -13,7 +13,7 @@ import pytest
 from confluent_kafka import Message
 
 from streams.adapters.kafka import admin_client, ensure_topics, make_producer
-from streams.billing.dead_letters import DeadLetters
+from streams.core.billing.dead_letters import DeadLetters
 from streams.settings import Settings
 from streams.topics import TopicSpec
 from tests.contracts.dead_letters import GROUP, DeadLetterHarness, DeadLetterSinkContract

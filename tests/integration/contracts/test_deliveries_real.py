@@ -1,5 +1,5 @@
 """The contract of the delivery store (tests/contracts/deliveries.py) on PostgreSQL
-(``streams.email.store.DeliveryStore``) in the sandbox database of tests/integration/contracts/conftest.py."""
+(``streams.apps.email.store.DeliveryStore``) in the sandbox database of tests/integration/contracts/conftest.py."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The contract of the fence store (tests/contracts/fence_store.py) on PostgreSQL
-(``streams.billing.fencing``) in the sandbox database of tests/integration/contracts/conftest.py."""
+(``streams.core.billing.fencing``) in the sandbox database of tests/integration/contracts/conftest.py."""
 
 from __future__ import annotations
 

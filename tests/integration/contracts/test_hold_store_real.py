@@ -1,5 +1,5 @@
 """The contract of the hold store (tests/contracts/hold_store.py) on PostgreSQL
-(``streams.billing.store.holds``) in the sandbox database of tests/integration/contracts/conftest.py."""
+(``streams.core.billing.store.holds``) in the sandbox database of tests/integration/contracts/conftest.py."""
 
 from __future__ import annotations
 

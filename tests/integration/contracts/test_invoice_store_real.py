@@ -1,5 +1,5 @@
 """The contract of the invoice store (tests/contracts/invoice_store.py) on PostgreSQL
-(``streams.billing.store.invoices``) in the sandbox database of tests/integration/contracts/conftest.py."""
+(``streams.core.billing.store.invoices``) in the sandbox database of tests/integration/contracts/conftest.py."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 import pytest
 
 from streams.adapters.kafka import admin_client, ensure_topics, make_consumer, make_producer
-from streams.billing.ports import KafkaSink, KafkaSource
+from streams.core.billing.ports import KafkaSink, KafkaSource
 from streams.settings import Settings
 from streams.topics import TopicSpec
 from tests.contracts.kafka import KafkaContract, KafkaHarness

@@ -1,6 +1,6 @@
 """The mail transport's contract (tests/contracts/mail.py) on
-:class:`~streams.email.transport.SmtpTransport` against the project's real SMTP sink
-(``python -m streams.stack.smtp_sink``, a process of its own with its own Maildir),
+:class:`~streams.adapters.smtp.SmtpTransport` against the project's real SMTP sink
+(``python -m streams.devtools.stack.smtp_sink``, a process of its own with its own Maildir),
 and against a closed port for "server down"."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from streams.adapters.maildir import list_messages
-from streams.email.transport import SmtpTransport
-from streams.sandbox.smtp import running_smtp_sink
+from streams.adapters.smtp import SmtpTransport
+from streams.devtools.sandbox.smtp import running_smtp_sink
+from streams.devtools.stack.maildir import list_messages
 from streams.settings import SmtpSettings
 from tests.contracts.mail import MailHarness, MailTransportContract, Received
 

@@ -1,5 +1,5 @@
 """The contracts of the metering and price book stores (tests/contracts/metering_store.py)
-on PostgreSQL (``streams.billing.store.metering`` / ``.pricing``) in the sandbox database
+on PostgreSQL (``streams.core.billing.store.metering`` / ``.pricing``) in the sandbox database
 of tests/integration/contracts/conftest.py."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The tax port's contract (tests/contracts/tax.py) on the real client,
 :class:`~streams.adapters.tax.client.HttpTaxService`, against a real fake tax service
-process (``python -m streams.stack.fake_tax``, the project's own) on a free port."""
+process (``python -m streams.devtools.stack.fake_tax``, the project's own) on a free port."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from streams.adapters.tax.client import HttpTaxService
-from streams.billing.ports import TaxService
+from streams.core.billing.ports import TaxService
+from streams.devtools.stack.fake_tax import FakeTaxConfig, FakeTaxProcess, running_fake_tax
 from streams.settings import TaxSettings
-from streams.stack.fake_tax import FakeTaxConfig, FakeTaxProcess, running_fake_tax
 from tests.contracts.tax import SeenRequest, TaxHarness, TaxServiceContract
 
 MAX_ATTEMPTS = 2

@@ -1,5 +1,5 @@
 """The contract of the usage store (tests/contracts/usage_store.py) on PostgreSQL
-(``streams.billing.store.usage``) in the sandbox database of tests/integration/contracts/conftest.py."""
+(``streams.core.billing.store.usage``) in the sandbox database of tests/integration/contracts/conftest.py."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ import pytest
 from confluent_kafka import Message
 
 from streams.adapters.memory.dead_letters import InMemoryDeadLetterSink, dlq_headers
-from streams.billing.dead_letters import DeadLetterError
+from streams.core.billing.dead_letters import DeadLetterError
 from tests.contracts.dead_letters import GROUP, DeadLetterHarness, DeadLetterSinkContract
 
 

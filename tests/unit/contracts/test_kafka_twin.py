@@ -10,7 +10,7 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from streams.adapters.kafka import parse_group_metadata
 from streams.adapters.memory.kafka import InMemoryConsumer, InMemoryKafka, murmur2
-from streams.billing.ports import KafkaSink, KafkaSource
+from streams.core.billing.ports import KafkaSink, KafkaSource
 from tests.contracts.kafka import (
     KafkaContract,
     KafkaHarness,
@@ -135,7 +135,7 @@ def test_an_injected_error_event_is_polled_once() -> None:
 
 
 def test_the_pause_flag_outlives_a_loss_and_reassignment() -> None:
-    """As librdkafka 2.16 does (measured; streams/invoicing/worker.py ``_on_assign``)."""
+    """As librdkafka 2.16 does (measured; streams/apps/invoicing/worker.py ``_on_assign``)."""
     kafka = InMemoryKafka()
     kafka.create_topic("t", 1)
     (member,) = subscribed(kafka, "t", "g")

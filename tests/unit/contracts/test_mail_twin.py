@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from streams.adapters.memory.mail import InMemoryMailTransport
-from streams.email.errors import SmtpPermanentError, SmtpTransientError
+from streams.apps.email.errors import SmtpPermanentError, SmtpTransientError
 from tests.contracts.mail import (
     FROM,
     MailHarness,

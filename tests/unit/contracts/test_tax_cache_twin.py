@@ -8,8 +8,8 @@ from decimal import Decimal
 import pytest
 
 from streams.adapters.memory.tax_cache import InMemoryTaxCache
-from streams.billing.ports import Rate
-from streams.domain.invoice import TaxedLine
+from streams.core.billing.ports import Rate
+from streams.core.domain.invoice import TaxedLine
 from tests.contracts.tax_cache import TTL_S, CacheHarness, TaxCacheContract
 
 

@@ -9,8 +9,8 @@ from decimal import Decimal
 import pytest
 
 from streams.adapters.memory.tax import InMemoryTaxService
-from streams.billing.ports import TaxRejected, TaxService, TaxUnavailable
-from streams.domain.invoice import TaxLine
+from streams.core.billing.ports import TaxRejected, TaxService, TaxUnavailable
+from streams.core.domain.invoice import TaxLine
 from tests.contracts.tax import SeenRequest, TaxHarness, TaxServiceContract
 
 

@@ -4,9 +4,9 @@
 from __future__ import annotations
 
 from streams.adapters.memory.database import InMemoryDatabase
-from streams.adapters.memory.deliveries import InMemoryDeliveryStore
 from streams.adapters.memory.stores import MEMORY
-from streams.email.store import Deliveries
+from streams.apps.email.store import Deliveries
+from streams.apps.email.twin import InMemoryDeliveryStore
 from tests.contracts.stores import StoreHarness
 
 #: "It does not complete" is watched this long on the twin (it serialises transactions,

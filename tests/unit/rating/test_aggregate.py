@@ -9,9 +9,9 @@ from decimal import Decimal
 
 import pytest
 
-from streams.domain.events import UsageMetered
-from streams.domain.periods import BillingPeriod
-from streams.domain.rating import (
+from streams.core.domain.events import UsageMetered
+from streams.core.domain.periods import BillingPeriod
+from streams.core.domain.rating import (
     AggregateState,
     Aggregation,
     BillableMetric,

@@ -13,7 +13,7 @@ import yaml
 from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
 from pydantic import ValidationError
 
-from streams.domain.rating import (
+from streams.core.domain.rating import (
     Aggregation,
     FixedFee,
     Graduated,
@@ -24,11 +24,11 @@ from streams.domain.rating import (
     PriceBook,
     PriceBookError,
     Volume,
+    book_yaml,
     load_price_book,
     price_book_from_data,
 )
-from streams.domain.rating import book as book_module
-from streams.schemas.render import PRICE_BOOK_FILE, render_schemas
+from streams.devtools.schemas.render import PRICE_BOOK_FILE, render_schemas
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE = ROOT / "examples" / "pricing" / "price-book.yaml"
@@ -329,14 +329,14 @@ def test_an_empty_document_is_an_empty_book() -> None:
 
 
 def test_alias_bombs_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(book_module, "MAX_NODES", 5_000)  # the same walk, smaller and fast
+    monkeypatch.setattr(book_yaml, "MAX_NODES", 5_000)  # the same walk, smaller and fast
     lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
     for level in range(1, 8):
         refs = ", ".join([f"*a{level - 1}"] * 10)
         lines.append(f"a{level}: &a{level} [{refs}]")
     found = issues("\n".join(lines) + "\n")
     assert found == ["(document): document expands to more than 5000 nodes (aliases?)"]
-    assert book_module.MAX_NODES == 5_000
+    assert book_yaml.MAX_NODES == 5_000
 
 
 def test_models_are_frozen() -> None:

@@ -1,4 +1,4 @@
-"""The metered-usage and subscription contracts (streams/domain/events.py)."""
+"""The metered-usage and subscription contracts (streams/core/domain/events.py)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pytest
 from jsonschema import Draft202012Validator, ValidationError  # type: ignore[import-untyped]
 from pydantic import ValidationError as ModelError
 
-from streams.domain.codec import decode, encode
-from streams.domain.events import (
+from streams.core.domain.codec import decode, encode
+from streams.core.domain.events import (
     EVENT_TYPES,
     Envelope,
     EventData,

@@ -1,5 +1,5 @@
 """Charge models at their bounds, and the vendors' published worked examples
-(shared/RATING.md: Zuplo, Autumn, Lago, Flexprice)."""
+(docs/rating.md "What vendors publish": Zuplo, Autumn, Lago, Flexprice)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from decimal import Decimal
 
 import pytest
 
-from streams.domain.rating import RatingError, Tier
-from streams.domain.rating.pricing import graduated, package, per_unit, prorate, volume
+from streams.core.domain.rating import RatingError, Tier
+from streams.core.domain.rating.pricing import graduated, package, per_unit, prorate, volume
 
 D = Decimal
 

@@ -9,10 +9,10 @@ from decimal import Decimal
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streams.domain.events import SubscriptionChanged, SubscriptionStarted
-from streams.domain.money import round_money
-from streams.domain.periods import BillingPeriod
-from streams.domain.rating import (
+from streams.core.domain.events import SubscriptionChanged, SubscriptionStarted
+from streams.core.domain.money import round_money
+from streams.core.domain.periods import BillingPeriod
+from streams.core.domain.rating import (
     MeteredEvent,
     Tier,
     Usage,
@@ -21,7 +21,7 @@ from streams.domain.rating import (
     rate_events,
     segments_for,
 )
-from streams.domain.rating.pricing import graduated, volume
+from streams.core.domain.rating.pricing import graduated, volume
 
 D = Decimal
 SEPT = BillingPeriod(2024, 9)

@@ -10,17 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from streams.domain.events import (
+from streams.core.domain.events import (
     SubscriptionChanged,
     SubscriptionEnded,
     SubscriptionEvent,
     SubscriptionStarted,
 )
-from streams.domain.focus import FocusUsage, iter_focus_rows
-from streams.domain.invoice import UsageLine, price_invoice
-from streams.domain.money import UnknownCurrency
-from streams.domain.periods import BillingPeriod
-from streams.domain.rating import (
+from streams.core.domain.focus import FocusUsage, iter_focus_rows
+from streams.core.domain.invoice import UsageLine, price_invoice
+from streams.core.domain.money import UnknownCurrency
+from streams.core.domain.periods import BillingPeriod
+from streams.core.domain.rating import (
     HoldCode,
     MeteredEvent,
     PriceBook,

@@ -1,4 +1,4 @@
-"""Segments of a billing period from subscription events (streams/domain/rating/segments.py)."""
+"""Segments of a billing period from subscription events (streams/core/domain/rating/segments.py)."""
 
 from __future__ import annotations
 
@@ -7,15 +7,15 @@ from datetime import UTC, date, datetime
 
 import pytest
 
-from streams.domain.events import (
+from streams.core.domain.events import (
     SubscriptionChanged,
     SubscriptionEnded,
     SubscriptionEvent,
     SubscriptionStarted,
 )
-from streams.domain.periods import BillingPeriod
-from streams.domain.rating import Segment, segments_for
-from streams.domain.rating.segments import uncovered_days
+from streams.core.domain.periods import BillingPeriod
+from streams.core.domain.rating import Segment, segments_for
+from streams.core.domain.rating.segments import uncovered_days
 
 SEPT = BillingPeriod(2024, 9)  # 30 days
 

@@ -14,16 +14,18 @@ from pathlib import Path
 import pytest
 from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
 
-from streams.domain.codec import decode, encode
-from streams.domain.errors import InvalidEvent, InvoiceRuleViolation
-from streams.domain.events import (
+from streams.apps.email.render import format_exact, render_email
+from streams.apps.replay.diff import IssuedCharge, IssuedInvoice, charge_changes, lines_differ
+from streams.core.domain.codec import decode, encode
+from streams.core.domain.errors import InvalidEvent, InvoiceRuleViolation
+from streams.core.domain.events import (
     Envelope,
     InvoiceIssued,
     PlanVersionPublished,
     SubscriptionStarted,
 )
-from streams.domain.invoice import TaxedLine, UsageLine, apply_tax, price_invoice
-from streams.domain.rating import (
+from streams.core.domain.invoice import TaxedLine, UsageLine, apply_tax, price_invoice
+from streams.core.domain.rating import (
     MeteredEvent,
     PriceBook,
     PriceBookError,
@@ -32,15 +34,13 @@ from streams.domain.rating import (
     priced_invoice,
     rate_events,
 )
-from streams.domain.rating.published import (
+from streams.core.domain.rating.published import (
     assemble,
     canonical,
     content_sha256,
     entries_of,
     plan_publication,
 )
-from streams.email.render import format_exact, render_email
-from streams.replay.diff import IssuedCharge, IssuedInvoice, charge_changes, lines_differ
 from tests.support import rating as scenario
 
 WHEN = datetime(2024, 8, 1, tzinfo=UTC)
@@ -346,7 +346,7 @@ def test_charge_lines_are_compared_by_line_id_and_amount() -> None:
 
 
 def test_a_subscription_event_rebuilt_from_its_columns_is_the_event() -> None:
-    from streams.billing.store.metering import _subscription
+    from streams.core.billing.store.metering import _subscription
 
     event = SubscriptionStarted(customer_id="c", effective_at=WHEN, plan_code="pro", plan_version=2)
     assert _subscription(event.event_type, "c", "pro", 2, WHEN, None) == event

@@ -1,4 +1,4 @@
-"""Validation at the ingest edge (streams/ingest/edge.py): what is refused, with which
+"""Validation at the ingest edge (streams/apps/ingest/edge.py): what is refused, with which
 status, before anything is produced; what is accepted is exactly the topic's record."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from streams.domain.codec import decode
-from streams.ingest.edge import BATCH, SINGLE, BodyError, Invalid, Valid, parse_body, validate
+from streams.apps.ingest.edge import BATCH, SINGLE, BodyError, Invalid, Valid, parse_body, validate
+from streams.core.domain.codec import decode
 
 NOW = datetime(2024, 9, 30, 12, tzinfo=UTC)
 
@@ -97,9 +97,9 @@ def test_bodies() -> None:
 
 
 def test_the_one_pass_batch_path_gives_the_per_event_paths_records() -> None:
-    from streams.ingest.edge import validate_batch_fast
-    from streams.usage_view.scenario import ScenarioConfig, events
-    from streams.usage_view.state import digest
+    from streams.apps.ingest.edge import validate_batch_fast
+    from streams.apps.usage_view.scenario import ScenarioConfig, events
+    from streams.apps.usage_view.state import digest
 
     envelopes = list(events(ScenarioConfig(customers=6, seed=3)))
     items = [

@@ -1,4 +1,4 @@
-"""The usage view's state rules and its preview, without Kafka (streams/usage_view/state.py,
+"""The usage view's state rules and its preview, without Kafka (streams/apps/usage_view/state.py,
 preview.py): the view's answer equals ``rate()`` over the same distinct events, whatever
 the resends, redeliveries and partial changelog writes."""
 
@@ -13,7 +13,10 @@ from typing import Any
 
 import pytest
 
-from streams.domain.events import (
+from streams.apps.usage_view import state
+from streams.apps.usage_view.preview import preview
+from streams.apps.usage_view.scenario import ScenarioConfig, events
+from streams.core.domain.events import (
     BillingPeriodClosed,
     CustomerUpserted,
     Envelope,
@@ -23,12 +26,9 @@ from streams.domain.events import (
     UsageMetered,
     UsageRecorded,
 )
-from streams.domain.invoice import UsageLine
-from streams.domain.periods import BillingPeriod
-from streams.domain.rating import MeteredEvent, PriceBook, load_price_book, rate_events
-from streams.usage_view import state
-from streams.usage_view.preview import preview
-from streams.usage_view.scenario import ScenarioConfig, events
+from streams.core.domain.invoice import UsageLine
+from streams.core.domain.periods import BillingPeriod
+from streams.core.domain.rating import MeteredEvent, PriceBook, load_price_book, rate_events
 
 BOOK = load_price_book(
     (Path(__file__).resolve().parents[3] / "examples" / "pricing" / "price-book.yaml").read_text()
@@ -224,7 +224,7 @@ def _lines(view_events: list[Envelope]) -> list[UsageLine]:
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_the_view_rates_as_rate_events_on_a_metered_scenario(seed: int) -> None:
-    """The agreement the invoice job relies on (DESIGN §3 invariant 7), at unit level: for
+    """The agreement the invoice job relies on (docs/design.md, invariant 7), at unit level: for
     every customer, the view's subtotal (per-day pass-through sums, incremental
     aggregates) equals ``rate_events`` over the same distinct events, in any arrival
     order of resends and redeliveries."""
@@ -399,7 +399,7 @@ def test_a_metered_record_handled_again_after_a_crash_counts_once(written: str) 
 
 def test_a_line_in_another_currency_than_the_customers_is_held_as_the_job_would() -> None:
     """The invoice job checks the pre-priced lines with ``price_invoice`` before rating
-    (``streams.billing.rating.rate_period``): a line in another currency is refused and
+    (``streams.core.billing.rating.rate_period``): a line in another currency is refused and
     the invoice held; the preview says so instead of promising a subtotal."""
     view = View()
     view.feed(customer(currency="USD"), 0)

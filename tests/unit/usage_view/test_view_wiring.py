@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 from aiokafka.partitioner import DefaultPartitioner
 
-from streams.demo.expected import expected_from_file
-from streams.ingest.idempotency import Claim, MemoryIdempotency
-from streams.ingest.keys import ApiKeyFile, UnknownKey
-from streams.usage_view.app import ViewConfig, changelog_topics, create_app, usage_path
-from streams.usage_view.price_book import StaticPriceBook
+from streams.apps.ingest.idempotency import Claim, MemoryIdempotency
+from streams.apps.ingest.keys import ApiKeyFile, UnknownKey
+from streams.apps.ops.focus_expected import expected_from_file
+from streams.apps.usage_view.app import ViewConfig, changelog_topics, create_app, usage_path
+from streams.apps.usage_view.price_book import StaticPriceBook
 from tests.support.kafka import java_partition
 from tests.unit.test_import_rule import forbidden_imports
 
@@ -55,7 +55,7 @@ def test_aiokafka_default_partitioner_is_javas_murmur2_on_the_raw_id() -> None:
 
 
 def test_tables_key_by_raw_bytes_and_share_the_source_partitioning(tmp_path: Path) -> None:
-    app = create_app(config(tmp_path), StaticPriceBook())
+    app = create_app(config(tmp_path), StaticPriceBook(), keys=ApiKeyFile(tmp_path / "keys.json"))
     for name in ("customers", "periods", "event_ids", "usage_days"):
         table: Any = app.tables[name]
         assert table.key_serializer == "raw", name
@@ -83,11 +83,11 @@ def test_usage_path_percent_encodes_slashes() -> None:
 @pytest.mark.parametrize(
     "module",
     [
-        "usage_view/state.py",
-        "usage_view/preview.py",
-        "usage_view/models.py",
-        "usage_view/scenario.py",
-        "ingest/edge.py",
+        "apps/usage_view/state.py",
+        "apps/usage_view/preview.py",
+        "core/domain/http.py",
+        "apps/usage_view/scenario.py",
+        "apps/ingest/edge.py",
     ],
 )
 def test_pure_modules_import_no_io_library(module: str) -> None:
@@ -143,8 +143,8 @@ def test_retention_drops_closed_periods_and_their_ids_with_tombstones_on_their_p
 
     from faust.types import TP
 
-    from streams.usage_view import state
-    from streams.usage_view.app import expire
+    from streams.apps.usage_view import state
+    from streams.apps.usage_view.app import expire
 
     # the open period is kept (retain_open far away), the closed one is past retain_closed
     cfg = replace(config(tmp_path), retain_open=timedelta(days=100_000))
@@ -177,8 +177,8 @@ def test_retention_drops_closed_periods_and_their_ids_with_tombstones_on_their_p
 def test_price_book_file_reloads_and_keeps_the_last_good_book(tmp_path: Path) -> None:
     import os
 
-    from streams.domain.rating import PriceBookError
-    from streams.usage_view.price_book import FilePriceBook, PublishedPriceBook
+    from streams.apps.usage_view.price_book import FilePriceBook, PublishedPriceBook
+    from streams.core.domain.rating import PriceBookError
 
     book_file = tmp_path / "book.yaml"
     book_file.write_text((ROOT / "examples" / "pricing" / "price-book.yaml").read_text())
@@ -202,9 +202,9 @@ def test_price_book_file_reloads_and_keeps_the_last_good_book(tmp_path: Path) ->
 def test_published_price_book_assembles_entries_and_syncs_on_refresh() -> None:
     from datetime import UTC, datetime
 
-    from streams.domain.rating import load_price_book
-    from streams.domain.rating.published import assemble, entries_of
-    from streams.usage_view.price_book import EMPTY_LABEL, PublishedPriceBook
+    from streams.apps.usage_view.price_book import EMPTY_LABEL, PublishedPriceBook
+    from streams.core.domain.rating import load_price_book
+    from streams.core.domain.rating.published import assemble, entries_of
 
     relay = load_price_book((ROOT / "examples" / "pricing" / "price-book.yaml").read_text())
     entries = entries_of(relay, published_at=datetime(2024, 9, 1, tzinfo=UTC))
@@ -225,3 +225,13 @@ def test_published_price_book_assembles_entries_and_syncs_on_refresh() -> None:
     assert book.current(refresh=True)[0] is found and len(syncs) == 1  # once per sync_every_s
     book.take(entries[0])  # the same entry again (compaction keeps one per key)
     assert book.current()[0] == found
+
+
+def test_changelogs_are_produced_in_large_lz4_batches(tmp_path: Path) -> None:
+    conf = create_app(
+        config(tmp_path), StaticPriceBook(), keys=ApiKeyFile(tmp_path / "keys.json")
+    ).conf
+    assert conf.producer_compression_type == "lz4"
+    assert conf.producer_linger == 0.010
+    # a batch fits in one request, and one request in the broker's 1 MB default
+    assert 16384 < conf.producer_max_batch_size <= conf.producer_max_request_size <= 1_000_000
