@@ -3,7 +3,7 @@
     .venv/bin/python -m benchmarks run --set smoke|standard|month-end|incident \\
         [--json reports/bench-<ts>.json] [--repeat N] [--profile] [--customers C --lines L]
     .venv/bin/python -m benchmarks sets          # the sets and their sizes
-    .venv/bin/python -m benchmarks usage-view ingest|freshness|memory [options]   # issue 13
+    .venv/bin/python -m benchmarks usage-view ingest|freshness|memory [options]   # docs/benchmarks.md
     .venv/bin/python -m benchmarks markdown reports/bench-….json   # runs as markdown tables
 
 The local stack must be up (``invoicing stack up``; ``source .ports.env`` first in a
@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--lines", type=int, default=None, help="override the main lines per customer")
     view = sub.add_parser(
         "usage-view",
-        help="the usage view and the ingest edge (issue 13): ingest vs a bare producer, "
+        help="the usage view and the ingest edge (docs/benchmarks.md): ingest vs a bare producer, "
         "freshness p50/p99 idle and under load, memory of one instance",
         add_help=False,
     )

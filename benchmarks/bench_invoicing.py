@@ -25,9 +25,9 @@ from pathlib import Path
 
 from streams.adapters.kafka import make_producer
 from streams.bootstrap import run_close_period
-from streams.domain.codec import encode
-from streams.domain.events import CustomerUpserted, Envelope, UsageRecorded
-from streams.sandbox.pipeline import isolated_pipeline
+from streams.core.domain.codec import encode
+from streams.core.domain.events import CustomerUpserted, Envelope, UsageRecorded
+from streams.devtools.sandbox.pipeline import isolated_pipeline
 from streams.settings import Settings
 
 PERIOD = "2026-09"

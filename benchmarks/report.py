@@ -3,8 +3,8 @@
 Every row is a figure next to its baseline measured in the same run, and their
 ratio ``value / baseline``. For rates (``kind="rate"``) a ratio below 1 means
 slower than the baseline; for durations and lower bounds (``kind="time"``) a
-ratio above 1 means slower than the baseline. ``target`` is issue 11's target for
-that ratio, shown for context and never asserted.
+ratio above 1 means slower than the baseline. ``target`` is the target for
+that ratio (docs/benchmarks.md "Targets"), shown for context and never asserted.
 """
 
 from __future__ import annotations

@@ -1,13 +1,13 @@
 """The scenarios: each runs in a sandbox of its own and adds rows to the run's report.
 
-Three sandboxes per set at most (each ``streams.sandbox.isolated_pipeline``: own
+Three sandboxes per set at most (each ``streams.devtools.sandbox.isolated_pipeline``: own
 database, topics, consumer groups, connector and slot, SMTP sink, fake tax service):
 
 - **main**: the Debezium relay and FOCUS import baselines, usage ingest (one
   worker) with its COPY and bare-consumer baselines, the fencing micro-benchmark
   (own database), the close with its physical lower bound, the replay dry run;
 - **latency**: the idle close → email latency, the one-partition ingest, linearity;
-- **incident**: DESIGN section 1's shape with N workers, then with 1 worker.
+- **incident**: the shape of docs/design.md "The incident" with N workers, then with 1 worker.
 
 Workers are ``invoicing worker …`` processes (``streams.processes`` through the
 sandbox); import, close and replay are ``invoicing …`` commands. Times of the

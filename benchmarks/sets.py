@@ -1,11 +1,12 @@
 """The scenario sets and their sizes: the one place where sizes live.
 
 A set names which scenarios run and how big each is. ``smoke`` is tiny (the CI
-smoke test runs it; every row, tiny numbers); ``standard`` is issue 11's "Where it
-stands" (200 customers x 250 lines); ``month-end`` is issue 11's target close
-(1,000 customers x 1,000 lines); ``incident`` is DESIGN section 1's shape (issue
-11 item 4). ``--customers/--lines`` on the command line override the main
-scenario's size (e.g. ``month-end`` at 300 x 1,000 when 1,000 x 1,000 is too slow).
+smoke test runs it; every row, tiny numbers); ``standard`` is the size of the first
+measurement (200 customers x 250 lines); ``month-end`` is the target close
+(1,000 customers x 1,000 lines); ``incident`` is the shape of docs/design.md "The
+incident" (docs/benchmarks.md "Targets"). ``--customers/--lines`` on the command line
+override the main scenario's size (e.g. ``month-end`` at 300 x 1,000 when 1,000 x 1,000
+is too slow).
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ class FencingSizes:
 
 @dataclass(frozen=True)
 class IncidentSizes:
-    """DESIGN section 1 as a scenario (issue 11 item 4)."""
+    """docs/design.md "The incident" as a scenario (docs/benchmarks.md "Targets")."""
 
     customers: int
     large_share: float
@@ -146,7 +147,7 @@ SETS: dict[str, BenchSet] = {
     ),
     "standard": BenchSet(
         name="standard",
-        description="issue 11 'Where it stands': 200 customers x 250 lines, one worker",
+        description="the first measurement's size: 200 customers x 250 lines, one worker",
         main=MainSizes(customers=200, lines=250, focus_rows=50_000, focus_accounts=200),
         linear=LinearSizes(
             idle_closes=20,
@@ -160,7 +161,7 @@ SETS: dict[str, BenchSet] = {
     ),
     "month-end": BenchSet(
         name="month-end",
-        description="issue 11 target: 1,000 customers x 1,000 lines (1M lines), one worker",
+        description="the target close: 1,000 customers x 1,000 lines (1M lines), one worker",
         main=MainSizes(customers=1_000, lines=1_000, focus_rows=200_000, focus_accounts=1_000),
         linear=LinearSizes(
             idle_closes=20,
@@ -174,7 +175,7 @@ SETS: dict[str, BenchSet] = {
     ),
     "incident": BenchSet(
         name="incident",
-        description="DESIGN section 1: 8 workers, 500 customers, 10% with 5,000 lines, tax 200 ms + spikes",
+        description="the incident (docs/design.md): 8 workers, 500 customers, 10% with 5,000 lines, tax 200 ms + spikes",
         main=None,
         linear=None,
         fencing=None,

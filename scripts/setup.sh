@@ -11,6 +11,12 @@ compgen -G "/usr/lib/postgresql/*/bin/postgres" >/dev/null || need+=(postgresql)
 command -v redis-server >/dev/null || need+=(redis-server)
 command -v java >/dev/null || need+=(openjdk-17-jre-headless)
 command -v mvn >/dev/null || need+=(maven)
+# PDFs: WeasyPrint needs Pango, and renders with the DejaVu fonts; the tests read PDFs back
+# with poppler-utils (pdftotext, pdftoppm) and drive the hosted invoice page in Chromium.
+compgen -G "/usr/lib/*/libpango-1.0.so.0" >/dev/null || need+=(libpango-1.0-0 libpangoft2-1.0-0)
+[ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need+=(fonts-dejavu-core)
+command -v pdftotext >/dev/null || need+=(poppler-utils)
+command -v chromium >/dev/null || need+=(chromium)
 if [ "${#need[@]}" -gt 0 ]; then
   if [ "$(id -u)" -eq 0 ]; then
     echo "setup: installing Debian packages: ${need[*]}"
