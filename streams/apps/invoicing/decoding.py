@@ -4,10 +4,11 @@ including the partition's first close marker."""
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from dataclasses import dataclass, field
 
-from streams.core.billing import fencing
+from streams.core.billing import fencing, rows
 from streams.core.billing.failures import classify
 from streams.core.billing.rows import Record
 from streams.core.domain.codec import KEY_ID_HEADER, decode
@@ -25,7 +26,14 @@ from streams.core.domain.fastcodec import FastUsage, decode_usage
 
 log = logging.getLogger("streams.apps.invoicing.worker")
 
-__all__ = ["ACCOUNT_EVENT_TYPES", "Run", "decode_record", "decode_run", "key_id_of"]
+__all__ = [
+    "ACCOUNT_EVENT_TYPES",
+    "Run",
+    "decode_record",
+    "decode_run",
+    "fast_usage_row",
+    "key_id_of",
+]
 
 #: The event types the worker reads; any other type on the topic is dead-lettered.
 #: A new stored type is added here, to :meth:`IngestMixin._add_run` and to the batch
@@ -99,6 +107,21 @@ def decode_record(msg: Record) -> FastUsage | Envelope | str:
             log.error("ALERT decoding %s failed: %s", msg, failure.reason, exc_info=exc)
             reason = f"the decoder failed ({failure.reason})"
         return str(reason)
+
+
+def fast_usage_row(msg: Record, fast: FastUsage) -> rows.UsageRow:
+    """The usage row the batch write stores for ``msg``, which the fast path vouched for
+    as ``fast``: its values, the SHA-256 of the value bytes as received (the payload
+    check of :func:`streams.core.billing.store.usage.insert_usage_rows`), where it was
+    read and the key id of its lineage."""
+    return rows.UsageRow(
+        fast.event_id,
+        fast.values,
+        fast.event_time,
+        hashlib.sha256(msg.value or b"").hexdigest(),
+        rows.SourceCoordinates(msg.topic, msg.partition, msg.offset),
+        key_id_of(msg),
+    )
 
 
 def decode_run(partition: int, token: fencing.FencingToken, msgs: list[Record]) -> Run:

@@ -41,7 +41,13 @@ from streams.apps.invoicing.batch import (
     usage_row,
     write_batch,
 )
-from streams.apps.invoicing.decoding import ACCOUNT_EVENT_TYPES, Run, decode_run, key_id_of
+from streams.apps.invoicing.decoding import (
+    ACCOUNT_EVENT_TYPES,
+    Run,
+    decode_run,
+    fast_usage_row,
+    key_id_of,
+)
 from streams.apps.invoicing.drafts import DraftsMixin
 from streams.apps.invoicing.letters import DeadLetter, build
 from streams.apps.invoicing.metrics import BISECTIONS, FAILURES, HOLDS, RECORDS
@@ -157,12 +163,7 @@ class IngestMixin(DraftsMixin):
                 self.stats["dead_letters_skipped_on_redelivery"] += 1
                 continue
             if isinstance(item, FastUsage):
-                digest = hashlib.sha256(msg.value or b"").hexdigest()
-                part.usage.append(
-                    rows.UsageRow(
-                        item.event_id, item.values, item.event_time, digest, source, key_id_of(msg)
-                    )
-                )
+                part.usage.append(fast_usage_row(msg, item))
             elif isinstance(item, str):
                 if not self._dead_letter_invalid(part, msg, source, item):
                     return None
