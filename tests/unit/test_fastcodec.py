@@ -232,6 +232,10 @@ def _assert_equal(fast: FastUsage, envelope: Envelope) -> None:
             None if want is None else str(want)
         ), name
     assert fast.event_time.utcoffset() == timedelta(0)
+    # the text the usage COPY writes for event_time: the same instant
+    written = fast.values[USAGE_VALUES.index("event_time")]
+    assert written is not None
+    assert datetime.fromisoformat(written) == reference.event_time, "event_time text"
 
 
 #: The FOCUS mapper's field order (what :func:`usage_values_ok` takes).
