@@ -155,8 +155,9 @@ _RAW_CONTROL = bytes([*range(0x20), 0x7F])
 _ESCAPE = re.compile(rb"\\[ubf]")
 _C1 = re.compile(rb"\xc2[\x80-\x9f]")
 _BIDI = re.compile(rb"\xe2(\x80[\xaa-\xae]|\x81[\xa6-\xa9])")
-_OPTIONAL = UsageFields.__struct_fields__[5:]
-_REQUIRED = ("ce_specversion", "ce_id", "ce_source", "ce_type", "ce_time", "ce_subject")
+_REQUIRED_SET = frozenset(
+    ("ce_specversion", "ce_id", "ce_source", "ce_type", "ce_time", "ce_subject")
+)
 _TEXT_RE = re.compile(_TEXT)
 _CUSTOMER_RE = re.compile(_strict(CUSTOMER_ID_PATTERN))
 
@@ -211,22 +212,24 @@ def decode_usage(
 
     Never raises.
     """
-    attrs: dict[str, str] = {}
     try:
-        for name, raw in headers:
-            if raw is not None:
-                attrs[name] = raw.decode("utf-8")
+        attrs = {name: raw.decode("utf-8") for name, raw in headers if raw is not None}
     except (UnicodeDecodeError, ValueError, TypeError, AttributeError):
         return None
-    if attrs.get("ce_type") != "usage.recorded" or key is None or value is None:
-        return None
-    for name in _REQUIRED:
-        if name not in attrs:
-            return None
-    if attrs["ce_specversion"] != "1.0":
+    if (
+        attrs.get("ce_type") != "usage.recorded"
+        or key is None
+        or value is None
+        or not attrs.keys() >= _REQUIRED_SET
+        or attrs["ce_specversion"] != "1.0"
+    ):
         return None
     content_type = attrs.get("content-type")
-    if content_type is not None and content_type.split(";")[0].strip() != "application/json":
+    if (
+        content_type is not None
+        and content_type != "application/json"
+        and content_type.split(";")[0].strip() != "application/json"
+    ):
         return None
     try:
         key_text = key.decode("utf-8")
@@ -259,25 +262,18 @@ def decode_usage(
     # space or escapes, checked above), and a text holds '":' only escaped, so the
     # count is at least the names written; it equals the fields present only when no
     # name was written twice (msgspec keeps the last of a repeated name).
-    optional = [getattr(data, name) for name in _OPTIONAL]
-    present = 5 + sum(1 for item in optional if item is not _UNSET)
-    if value.count(b'":') != present:
+    fields = msgspec.structs.astuple(data)
+    unset = fields.count(_UNSET)  # the optional fields absent from the JSON
+    if value.count(b'":') != len(fields) - unset:
         return None
     event_time = _event_time(data.event_time)
     if event_time is None:
         return None
-    return FastUsage(
-        event_id,
-        (
-            data.customer_id,
-            data.billing_period,
-            data.amount,
-            data.currency,
-            *[None if item is _UNSET else item for item in optional[1:]],
-            data.event_time,
-        ),
-        event_time,
-    )
+    # fields: the 5 required, schema_version, then the optional values in USAGE_VALUES order
+    optional = fields[6:]
+    if unset:
+        optional = tuple(None if item is _UNSET else item for item in optional)
+    return FastUsage(event_id, (*fields[:4], *optional, fields[4]), event_time)
 
 
 def usage_data(fast: FastUsage) -> UsageRecorded:
