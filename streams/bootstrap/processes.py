@@ -27,6 +27,7 @@ from streams.bootstrap.clients import (
     require_profile,
     tax_service,
 )
+from streams.bootstrap.runtime import tune_gc
 from streams.core.billing.ports import TaxService
 from streams.settings import Settings
 
@@ -109,6 +110,7 @@ def run_invoicing_worker(
     tax = tax_service(settings, redis_conn)
     try:
         worker = invoicing_worker(settings, pool=pool, tax=tax, stop=stop)
+        tune_gc(settings.worker.gc_threshold)
         worker.run()
         return dict(worker.stats)
     finally:

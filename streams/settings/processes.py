@@ -105,6 +105,11 @@ class WorkerSettings(BaseModel):
         description="Largest number of records the invoicing worker handles per poll: one transaction and one offset commit per poll batch (docs/decisions/0010-batch-first-ingest.md).",
     )
     max_jobs: int = Field(4, description="Invoice jobs running at once per worker process.")
+    gc_threshold: int = Field(
+        20_000,
+        ge=0,
+        description="The invoicing worker's first-generation threshold of Python's cyclic garbage collector (allocations between collections; Python's default is 700), set with the start-up objects frozen out of every collection; 0 keeps Python's defaults. A poll batch allocates tens of thousands of short-lived objects, none of them in cycles (docs/decisions/0010-batch-first-ingest.md \"The garbage collector\").",
+    )
     shutdown_grace_s: float = Field(
         default=30.0,
         gt=0,

@@ -63,7 +63,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SourceCoordinates:
     """Where a record was read: topic, partition, offset."""
 
@@ -529,7 +529,7 @@ class LateUsage:
     after_close: bool
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Record:
     """A consumed record as plain typed values (the boundary between librdkafka's
     ``Message`` and our code). Headers keep their order; ``None`` values become b""."""
