@@ -49,7 +49,7 @@ from streams.adapters.documents.source import DocumentSource
 from streams.adapters.documents.templates import render
 from streams.adapters.documents.tokens import PageLinks, TokenSigner
 from streams.core.billing.failures import classify
-from streams.core.domain.documents import DocumentKind
+from streams.core.domain.documents import Document, DocumentKind
 
 __all__ = ["PortalConfig", "create_portal", "serve"]
 
@@ -135,20 +135,39 @@ def create_portal(
             return None
         return kind, document_id
 
-    async def page(request: web.Request) -> web.Response:
-        route = "page"
+    def unavailable(route: str, exc: _Unavailable) -> web.HTTPServiceUnavailable:
+        REQUESTS.labels(route=route, outcome="unavailable").inc()
+        log.warning("portal: database unavailable: %s", exc)
+        return web.HTTPServiceUnavailable(headers=_SECURITY_HEADERS)
+
+    async def load(request: web.Request, route: str) -> tuple[DocumentKind, str, Document] | None:
+        """The document the request's signed token grants (kind, id, document), or None
+        (answer 404: a bad, expired or foreign token, or no such document).
+
+        Raises:
+            web.HTTPServiceUnavailable: the database did not answer (503, counted).
+        """
         ref = target(request)
         if ref is None:
-            return _not_found(route)
+            return None
         kind, document_id = ref
         try:
             doc = await blocking(lambda: documents.load(kind, document_id))
+        except _Unavailable as exc:
+            raise unavailable(route, exc) from exc
+        return None if doc is None else (kind, document_id, doc)
+
+    async def page(request: web.Request) -> web.Response:
+        route = "page"
+        found = await load(request, route)
+        if found is None:
+            return _not_found(route)
+        kind, document_id, doc = found
+        try:
             state = await blocking(lambda: documents.state(kind, document_id))
         except _Unavailable as exc:
-            REQUESTS.labels(route=route, outcome="unavailable").inc()
-            log.warning("portal: database unavailable: %s", exc)
-            raise web.HTTPServiceUnavailable(headers=_SECURITY_HEADERS) from exc
-        if doc is None or state is None:
+            raise unavailable(route, exc) from exc
+        if state is None:
             return _not_found(route)
         base = PageLinks.path(kind, document_id)
         pdf_url = f"{base}/pdf?t={request.query['t']}"
@@ -163,17 +182,10 @@ def create_portal(
 
     async def pdf(request: web.Request) -> web.Response:
         route = "pdf"
-        ref = target(request)
-        if ref is None:
+        found = await load(request, route)
+        if found is None:
             return _not_found(route)
-        kind, document_id = ref
-        try:
-            doc = await blocking(lambda: documents.load(kind, document_id))
-        except _Unavailable as exc:
-            REQUESTS.labels(route=route, outcome="unavailable").inc()
-            raise web.HTTPServiceUnavailable(headers=_SECURITY_HEADERS) from exc
-        if doc is None:
-            return _not_found(route)
+        doc = found[2]
         started = time.perf_counter()
         body = await asyncio.get_running_loop().run_in_executor(None, render_pdf, doc)
         PDF_SECONDS.observe(time.perf_counter() - started)
@@ -189,17 +201,10 @@ def create_portal(
 
     async def lines(request: web.Request) -> web.Response:
         route = "lines_csv"
-        ref = target(request)
-        if ref is None:
+        found = await load(request, route)
+        if found is None:
             return _not_found(route)
-        kind, document_id = ref
-        try:
-            doc = await blocking(lambda: documents.load(kind, document_id))
-        except _Unavailable as exc:
-            REQUESTS.labels(route=route, outcome="unavailable").inc()
-            raise web.HTTPServiceUnavailable(headers=_SECURITY_HEADERS) from exc
-        if doc is None:
-            return _not_found(route)
+        doc = found[2]
         REQUESTS.labels(route=route, outcome="ok").inc()
         return web.Response(
             body=lines_csv(doc),
