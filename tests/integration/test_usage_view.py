@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import functools
 import random
+import shutil
 import signal
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -350,3 +352,83 @@ def test_the_api_needs_a_read_key_and_forwards_one_hop_within_the_group(
     assert unknown.status_code == 404 and unknown.json()["title"] == "Unknown customer"
     for path in ("/table/", "/table/customers/", f"/table/customers/{customer}/", "/router/"):
         assert httpx.get(f"http://127.0.0.1:{port_a}{path}", timeout=5).status_code == 404, path
+
+
+def _metric(port: int, name: str, label: str) -> float:
+    """The sum of ``name``'s samples with ``label``; 0 while the instance does not answer."""
+    try:
+        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+    except httpx.HTTPError:
+        return 0.0
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith(f"{name}{{") and label in line
+    )
+
+
+def test_retention_on_the_rocksdb_store_drops_old_periods_and_the_view_keeps_serving(
+    pipeline: Pipeline,
+) -> None:
+    """The retention runs from a timer, where no event is being processed; on the RocksDB
+    store (production's) a table write then has no partition to go to unless the view
+    names it. Periods past retention are dropped, the customer's list of periods with
+    them, the current period is kept, and a new instance that rebuilds from the
+    changelog into an empty store does not bring the dropped period back."""
+    p = pipeline
+    prod = producer(p.settings)
+    now = datetime.now(UTC)
+    current = f"{now:%Y-%m}"
+    customers = [f"ret{i}" for i in range(4)]
+    records = [_record(_customer(c)) for c in customers]
+    for c in customers:
+        records += [_record(_usage(c, f"old-{c}-{n}", "1.25")) for n in range(2)]
+        records.append(_record(_usage_now(c, f"now-{c}", "2.50", now)))
+    _produce(prod, p.topic, *records)
+    retention = {"INVOICING_VIEW__RETAIN_OPEN_DAYS": "0", "INVOICING_VIEW__CLEANUP_INTERVAL_S": "1"}
+
+    def dropped(port: int) -> bool:
+        return _metric(port, "invoicing_usage_view_expired_total", 'table="periods"') >= len(
+            customers
+        )
+
+    def current_period(port: int, c: str) -> dict[str, Any] | None:
+        body = usage_ok(port, c, current)
+        return body if body and body["usage"]["pass_through"]["lines"] == 1 else None
+
+    view, port = start_view(p, store="rocksdb", settings=retention)
+    wait_assigned(p, [port])
+    wait_until("the old periods dropped", lambda: dropped(port), p)
+    for c in customers:
+        body = wait_until(c, functools.partial(current_period, port, c), p)
+        assert body["upcoming_invoice"]["subtotal"] == "2.50", body
+        old = usage_ok(port, c, "2024-09")
+        assert old is not None and old["usage"]["pass_through"]["lines"] == 0, old
+    assert view.process.poll() is None, p.worker_logs()
+    wait_for_no_lag(p.settings.kafka, view_env(p)["INVOICING_VIEW__GROUP"], p.topic)
+    view.process.send_signal(signal.SIGTERM)
+    assert view.process.wait(60) == 0, p.worker_logs()
+
+    # an empty local store, rebuilt from the changelog only; no retention this time
+    shutil.rmtree(p.workdir / "view-data")
+    view, port = start_view(p, store="rocksdb")
+    wait_assigned(p, [port])
+    for c in customers:
+        wait_until(c, functools.partial(current_period, port, c), p)
+        old = usage_ok(port, c, "2024-09")
+        assert old is not None and old["usage"]["pass_through"]["lines"] == 0, old
+    assert _metric(port, "invoicing_usage_view_records_total", 'outcome="applied"') == 0
+
+
+def _usage_now(customer: str, event_id: str, amount: str, now: datetime) -> Envelope:
+    return Envelope.wrap(
+        UsageRecorded(
+            customer_id=customer,
+            billing_period=f"{now:%Y-%m}",
+            amount=Decimal(amount),
+            currency="USD",
+            event_time=now,
+        ),
+        id=event_id,
+        source="test",
+    )

@@ -49,12 +49,17 @@ def view_env(
     return env
 
 
-def start_view(p: Pipeline, port: int | None = None, **env: Any) -> tuple[WorkerProcess, int]:
-    """One view instance on ``port`` (a free one by default)."""
+def start_view(
+    p: Pipeline, port: int | None = None, *, settings: dict[str, str] | None = None, **env: Any
+) -> tuple[WorkerProcess, int]:
+    """One view instance on ``port`` (a free one by default); ``settings``: more
+    ``INVOICING_*`` variables for it (e.g. the retention's)."""
     port = port or free_port()
     _PORT_KEYS[port] = view_key(p)
     (proc,) = p.workers.start(
-        "usage-view", extra_env=view_env(p, **env), args=["--port", str(port)]
+        "usage-view",
+        extra_env={**view_env(p, **env), **(settings or {})},
+        args=["--port", str(port)],
     )
     return proc, port
 

@@ -41,15 +41,18 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+import weakref
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 from urllib.parse import quote
 
 import aiohttp
 import faust
+from faust.streams import _current_event
 from faust.web import Request, Response, View
 from faust.web.exceptions import ServiceUnavailable
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -534,8 +537,10 @@ def expire(
     tombstone on the changelog partition the key lives in (the partition of the
     records that wrote it), so a restarted owner does not restore it.
 
-    Runs outside stream iteration (a timer), so it names the partition itself
-    (``Table.send_changelog``) instead of relying on the current event's.
+    Runs outside stream iteration (a timer), so it names the partition itself, for the
+    changelog (``Table.send_changelog``) and for the local store (:func:`on_partition`:
+    the RocksDB store refuses a write outside any event, which crashed the instance at
+    its first retention before), instead of relying on the current event's.
 
     Returns:
         ``{"periods": n, "event_ids": m}`` dropped.
@@ -618,7 +623,35 @@ def _delete(table: Any, key: bytes, partition: int) -> None:
 
 def _put(table: Any, key: bytes, value: Any, partition: int) -> None:
     table.send_changelog(partition, key, value)
-    table.data[key] = value
+    with on_partition(partition):
+        table.data[key] = value
+
+
+class _PartitionEvent:
+    """What faust's stores read of the event being processed: its message's partition."""
+
+    __slots__ = ("__weakref__", "message")
+
+    def __init__(self, partition: int) -> None:
+        self.message = SimpleNamespace(partition=partition)
+
+
+@contextlib.contextmanager
+def on_partition(partition: int) -> Iterator[None]:
+    """Table writes in the block go to ``partition``'s local store, outside any event.
+
+    faust's RocksDB store keeps one database per partition and picks the one of the
+    event being processed (``faust.stores.rocksdb.Store._set`` asserts there is one;
+    the context variable ``faust.streams._current_event`` holds it); a timer, such as
+    the retention, has none. The memory store ignores the partition. Pinned by
+    ``tests/unit/usage_view/test_store_partition.py`` against the installed faust.
+    """
+    stand_in = _PartitionEvent(partition)
+    token = _current_event.set(weakref.ref(stand_in))  # type: ignore[arg-type]
+    try:
+        yield
+    finally:
+        _current_event.reset(token)
 
 
 def usage_path(customer_id: str, period: str | None = None) -> str:
