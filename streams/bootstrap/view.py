@@ -20,6 +20,7 @@ from streams.bootstrap.clients import (
     redis_client,
     require_profile,
 )
+from streams.bootstrap.runtime import tune_gc
 from streams.settings import Settings
 from streams.topics import ACCOUNT_EVENTS
 
@@ -120,6 +121,7 @@ def run_usage_view(
     config = view_config(settings, port=port)
     ensure_topics(settings.kafka, changelog_topics(config))
     app = create_app(config, books, keys=api_key_store(settings))
+    tune_gc(settings.worker.gc_threshold)
     run_view(app, loglevel=loglevel)
 
 

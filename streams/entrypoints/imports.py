@@ -36,9 +36,12 @@ def import_focus_command(
     """
     from streams import bootstrap
     from streams.apps.importers import ImporterError, SourceUnreadable
+    from streams.bootstrap.runtime import tune_gc
 
+    settings = settings_of(ctx)
+    tune_gc(settings.worker.gc_threshold)
     with exit_on((SourceUnreadable, 2, "cannot import"), (ImporterError, 1, "import failed")):
-        summary = bootstrap.run_import_focus(path, settings_of(ctx), progress=progress)
+        summary = bootstrap.run_import_focus(path, settings, progress=progress)
     print_summary(summary, console)
     if json_out:
         out.print_json(json.dumps(summary.to_dict()))

@@ -99,6 +99,7 @@ def replay_command(
     from streams.apps.replay import CandidateBook, Mode
     from streams.apps.replay.errors import ReplayAborted, ReplayError
     from streams.bootstrap import replay_period
+    from streams.bootstrap.runtime import tune_gc
 
     if dry_run == apply:
         console.print("[red]give exactly one of --dry-run and --apply[/]")
@@ -125,6 +126,7 @@ def replay_command(
         raise typer.Exit(2)
     mode = Mode.APPLY if apply else Mode.DRY_RUN
     settings = settings_of(ctx)
+    tune_gc(settings.worker.gc_threshold)
     with leased_job(
         job="replay",
         busy=f"another replay of {period} is running",

@@ -108,7 +108,7 @@ class WorkerSettings(BaseModel):
     gc_threshold: int = Field(
         20_000,
         ge=0,
-        description="The invoicing worker's first-generation threshold of Python's cyclic garbage collector (allocations between collections; Python's default is 700), set with the start-up objects frozen out of every collection; 0 keeps Python's defaults. A poll batch allocates tens of thousands of short-lived objects, none of them in cycles (docs/decisions/0010-batch-first-ingest.md \"The garbage collector\").",
+        description="First-generation threshold of Python's cyclic garbage collector (allocations between collections; Python's default is 700) in the invoicing worker, the usage view and the FOCUS import and replay commands, set once started with the start-up objects frozen out of every collection; 0 keeps Python's defaults. Their batches allocate tens of thousands of short-lived objects, none of them in cycles (docs/decisions/0010-batch-first-ingest.md \"The garbage collector\").",
     )
     shutdown_grace_s: float = Field(
         default=30.0,
