@@ -124,7 +124,7 @@ def _view_read_key(p: Pipeline) -> str:
     return store.create("bench-reader", scopes=("usage:read",))[1]
 
 
-def _start_view(p: Pipeline, store: str) -> tuple[int, int]:
+def _start_view(p: Pipeline, store: str, price_book: str | None = None) -> tuple[int, int]:
     port = free_port()
     env = {
         "INVOICING_VIEW__GROUP": f"{p.settings.kafka.topic_prefix}usage-view",
@@ -132,6 +132,8 @@ def _start_view(p: Pipeline, store: str) -> tuple[int, int]:
         "INVOICING_VIEW__DATA_DIR": str(p.workdir / "view-data"),
         "INVOICING_INGEST__API_KEYS_FILE": str(p.workdir / "view-keys.json"),
     }
+    if price_book:
+        env["INVOICING_VIEW__PRICE_BOOK"] = price_book
     (proc,) = p.workers.start("usage-view", extra_env=env, args=["--port", str(port)])
     _wait(
         "the view's partitions", lambda: (_health(port) or {}).get("partitions") == list(range(12))
@@ -323,7 +325,7 @@ def _records_handled(port: int) -> float:
 
 
 def bench_memory(p: Pipeline, workdir: Path, args: argparse.Namespace) -> None:
-    port, pid = _start_view(p, args.store)
+    port, pid = _start_view(p, args.store, args.price_book)
     empty = _rss_mb(pid)
     summary = run_import_focus(SAMPLE, p.settings, progress=False)
     expected = summary.produced + summary.customers_produced
@@ -359,7 +361,8 @@ def bench_memory(p: Pipeline, workdir: Path, args: argparse.Namespace) -> None:
     consumed_s = time.perf_counter() - t0
     time.sleep(3)
     large = _rss_mb(pid)
-    print(f"memory of one view instance (store {args.store}, standby replicas 0):")
+    book = Path(args.price_book).name if args.price_book else "published (empty)"
+    print(f"memory of one view instance (store {args.store}, standby replicas 0, book {book}):")
     print(f"  started, empty tables      : {empty:8.1f} MB RSS")
     print(f"  + FOCUS demo ({expected} records, 73 customers): {demo:8.1f} MB RSS")
     print(
@@ -394,6 +397,12 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     memory.add_argument("--customers", type=int, default=2_000)
     memory.add_argument("--lines", type=int, default=100)
     memory.add_argument("--metered", type=int, default=100)
+    memory.add_argument(
+        "--price-book",
+        default=str(ROOT / "examples" / "pricing" / "price-book.yaml"),
+        help="the view's price book file, which defines the scenario's metrics (''"
+        ": the published book, empty here, so every metered event names an unknown metric)",
+    )
     args = parser.parse_args(argv)
     unique = "v" + uuid.uuid4().hex[:8]
     with (
