@@ -364,14 +364,17 @@ def apply(
     state["last_event_id"] = envelope.id
     if isinstance(data, UsageRecorded):
         line_day = clamped_day(data.event_time, BillingPeriod.parse(period_name)).isoformat()
-        target = state["late"] if late else state
-        sums = {d: dict(per) for d, per in target["pass_through"].items()}
-        per_day = sums.setdefault(line_day, {})
+        # (the late part copied: the period passed in is never mutated)
+        target = dict(state["late"]) if late else state
+        # a new dict for the day changed only (the others are shared, never mutated)
+        sums = dict(target["pass_through"])
+        per_day = dict(sums.get(line_day, {}))
         per_day[data.currency] = add_decimal(per_day.get(data.currency), data.amount)
+        sums[line_day] = per_day
         target["pass_through"] = sums
         target["pass_through_lines"] = int(target["pass_through_lines"]) + 1
         if late:
-            state["late"] = dict(target)
+            state["late"] = target
             outcome = Outcome.LATE
     elif isinstance(data, UsageMetered):
         if late:
@@ -443,16 +446,34 @@ def _add_metered(
     }
     code = data.metric
     stored = value["metrics"].get(code)
-    metric = BillableMetric.model_validate(stored) if stored is not None else book.metric(code)
+    metric = _stored_metric(stored) if stored is not None else book.metric(code)
     if metric is None:
         value["unknown"][code] = int(value["unknown"].get(code, 0)) + 1
         return key, value
     body = value["usage"].get(code)
     usage = MetricUsage.from_json(metric, body) if body is not None else MetricUsage(metric)
     usage.add(MeteredEvent.of(event_id, data))
-    value["metrics"][code] = metric.model_dump(mode="json")
+    # the stored definition is kept as it is (one dict for the day's events of a batch)
+    value["metrics"][code] = stored if stored is not None else metric.model_dump(mode="json")
     value["usage"][code] = usage.to_json()
     return key, value
+
+
+#: Validated stored metric definitions by the identity of their dict (kept alive beside
+#: the model, so an id is never reused while cached): a batch applies a day's events to
+#: one dict, validated once instead of once per event. Cleared past 4,096 entries.
+_VALIDATED: dict[int, tuple[Mapping[str, Any], BillableMetric]] = {}
+
+
+def _stored_metric(stored: Mapping[str, Any]) -> BillableMetric:
+    hit = _VALIDATED.get(id(stored))
+    if hit is not None and hit[0] is stored:
+        return hit[1]
+    metric = BillableMetric.model_validate(stored)
+    if len(_VALIDATED) >= 4_096:
+        _VALIDATED.clear()
+    _VALIDATED[id(stored)] = (stored, metric)
+    return metric
 
 
 def usage_of_days(

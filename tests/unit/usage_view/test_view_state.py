@@ -413,3 +413,30 @@ def test_a_line_in_another_currency_than_the_customers_is_held_as_the_job_would(
 
 def test_sums_are_plain_decimal_strings() -> None:
     assert state.add_decimal(None, Decimal("5.862E-7")) == "0.0000005862"
+
+
+def test_apply_never_mutates_the_values_it_is_given() -> None:
+    """A batch keeps the values it read and hands them to the next record: a change
+    must be a new value (the late part and the day's sums included), never an edit."""
+    import copy
+
+    view = View()
+    view.feed(customer(), 0)
+    view.feed(usage("u1", "2", day=3), 1)
+    view.feed(usage("u2", "1", day=4), 2)
+    view.feed(close(), 3)
+    view.feed(usage("u3", "5", day=4), 4)  # late: the late part has lines now
+    metered = Envelope.wrap(
+        UsageMetered(
+            customer_id="acme",
+            metric=BOOK.metrics[0].code,
+            event_time=datetime(2024, 9, 5, 10, tzinfo=UTC),
+            properties={},
+        ),
+        id="m1",
+        source="t",
+    )
+    before = copy.deepcopy((view.customers, view.periods, view.days, view.ids))
+    for offset, envelope in enumerate([usage("u4", "7", day=4), metered], start=5):
+        view.feed(envelope, offset, write="none")
+    assert (view.customers, view.periods, view.days, view.ids) == before
