@@ -446,34 +446,17 @@ def _add_metered(
     }
     code = data.metric
     stored = value["metrics"].get(code)
-    metric = _stored_metric(stored) if stored is not None else book.metric(code)
+    metric = BillableMetric.model_validate(stored) if stored is not None else book.metric(code)
     if metric is None:
         value["unknown"][code] = int(value["unknown"].get(code, 0)) + 1
         return key, value
     body = value["usage"].get(code)
     usage = MetricUsage.from_json(metric, body) if body is not None else MetricUsage(metric)
     usage.add(MeteredEvent.of(event_id, data))
-    # the stored definition is kept as it is (one dict for the day's events of a batch)
+    # the stored definition is kept as it is (not dumped again)
     value["metrics"][code] = stored if stored is not None else metric.model_dump(mode="json")
     value["usage"][code] = usage.to_json()
     return key, value
-
-
-#: Validated stored metric definitions by the identity of their dict (kept alive beside
-#: the model, so an id is never reused while cached): a batch applies a day's events to
-#: one dict, validated once instead of once per event. Cleared past 4,096 entries.
-_VALIDATED: dict[int, tuple[Mapping[str, Any], BillableMetric]] = {}
-
-
-def _stored_metric(stored: Mapping[str, Any]) -> BillableMetric:
-    hit = _VALIDATED.get(id(stored))
-    if hit is not None and hit[0] is stored:
-        return hit[1]
-    metric = BillableMetric.model_validate(stored)
-    if len(_VALIDATED) >= 4_096:
-        _VALIDATED.clear()
-    _VALIDATED[id(stored)] = (stored, metric)
-    return metric
 
 
 def usage_of_days(

@@ -416,8 +416,9 @@ def test_sums_are_plain_decimal_strings() -> None:
 
 
 def test_apply_never_mutates_the_values_it_is_given() -> None:
-    """A batch keeps the values it read and hands them to the next record: a change
-    must be a new value (the late part and the day's sums included), never an edit."""
+    """The values passed in may be kept by the caller (a table's copy, a batch of
+    records): a change must be a new value (the late part and the day's sums
+    included), never an edit."""
     import copy
 
     view = View()
