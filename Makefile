@@ -66,7 +66,7 @@ test-fuzz: up ## Fuzz tier: generated records to real consumers (~4 min; FUZZ_AR
 test-tls: setup ## The TLS profile (wipes the stack's data): stack up --profile tls, the FOCUS demo and a worker killed mid-close over TLS (tests/tls), stack down --wipe
 	$(BIN)/invoicing stack down --wipe
 	$(BIN)/invoicing stack up --profile tls
-	set -a && source .local/conf/tls/tls.env && set +a && $(BIN)/pytest tests/tls -m tls -v; rc=$$?; \
+	set -a && source .local/conf/tls/tls.env && set +a && timeout -k 30 1200 $(BIN)/pytest tests/tls -m tls -v; rc=$$?; \
 	  $(BIN)/invoicing stack down --wipe; exit $$rc
 
 check: lint typecheck ## The inner loop (no services, about 2 min): lint, types, unit tests

@@ -23,12 +23,60 @@ WORKERS="${INTEGRATION_WORKERS:-3}"
 mkdir -p "$LOGS"
 rm -f "$LOGS"/*.log "$LOGS"/*.rc "$LOGS"/*.s
 
-# run NAME CMD...: CMD with its output in $LOGS/NAME.log, exit code and seconds beside it
+# A job that runs longer than $TIER_TIMEOUT seconds (default 40 min; a job takes at most
+# about 15 on a 2-core box) is hung: pytest-timeout stops one test after 300 s, but not a
+# hang outside a test or in C code that never returns to Python. The watchdog writes what
+# every process of the job is doing (ps, then py-spy dump of each Python process) into the
+# job's log, stops the job and lets the run go on, so a hang is a red tier with its stacks
+# in the log, not a CI run killed at its limit with nothing printed.
+TIER_TIMEOUT="${TIER_TIMEOUT:-2400}"
+
+# tree PID: PID and every process below it, parents first
+tree() {
+  local child
+  echo "$1"
+  for child in $(pgrep -P "$1"); do tree "$child"; done
+}
+
+# watchdog NAME PID: after $TIER_TIMEOUT s, dump and stop the job PID (see above)
+watchdog() {
+  local name=$1 pid=$2 sleeper p
+  sleep "$TIER_TIMEOUT" </dev/null >/dev/null 2>&1 &
+  sleeper=$!
+  trap 'kill "$sleeper" 2>/dev/null; exit 0' TERM
+  wait "$sleeper"
+  kill -0 "$pid" 2>/dev/null || exit 0
+  {
+    echo "=============================== $name: TIMEOUT after $TIER_TIMEOUT s; its processes:"
+    ps -o pid,ppid,etime,time,args -p "$(tree "$pid" | paste -sd,)" || true
+    for p in $(tree "$pid"); do
+      if [[ "$(ps -o comm= -p "$p" 2>/dev/null)" == python* || "$(ps -o comm= -p "$p" 2>/dev/null)" == pytest* ]]; then
+        echo "--- py-spy dump --pid $p"
+        timeout 60 "$BIN/py-spy" dump --pid "$p" 2>&1 || true
+      fi
+    done
+  } >>"$LOGS/$name.log" 2>&1
+  # shellcheck disable=SC2046
+  kill -TERM $(tree "$pid") 2>/dev/null
+  for _ in $(seq 30); do kill -0 "$pid" 2>/dev/null || exit 0; sleep 1; done
+  # shellcheck disable=SC2046
+  kill -KILL $(tree "$pid") 2>/dev/null
+  exit 0
+}
+
+# run NAME CMD...: CMD with its output in $LOGS/NAME.log, exit code and seconds beside it;
+# stopped by the watchdog after $TIER_TIMEOUT s
 run() {
-  local name=$1 started=$SECONDS rc
+  local name=$1 started=$SECONDS rc pid dog
   shift
-  "$@" >"$LOGS/$name.log" 2>&1
+  "$@" >"$LOGS/$name.log" 2>&1 &
+  pid=$!
+  watchdog "$name" "$pid" </dev/null >/dev/null 2>&1 &
+  dog=$!
+  wait "$pid"
   rc=$?
+  kill "$dog" 2>/dev/null
+  wait "$dog" 2>/dev/null
   echo "$rc" >"$LOGS/$name.rc"
   echo $((SECONDS - started)) >"$LOGS/$name.s"
   return "$rc"
@@ -55,7 +103,8 @@ bash scripts/ports-env.sh "$CHAOS_PORT_OFFSET" "$CHAOS_HOME/ports.env" >/dev/nul
 chaos_env() { (source "$CHAOS_HOME/ports.env" && INVOICING_STACK__STATE_DIR="$CHAOS_HOME" "$@"); }
 trap 'chaos_env "$BIN/invoicing" stack down >/dev/null 2>&1 || true' EXIT
 chaos_tier() {
-  wait "$1" || { echo "the chaos tier's stack did not start: see $LOGS/chaos-stack.log"; return 1; }
+  # $1: the exit code of the chaos stack's start
+  [ "$1" = 0 ] || { echo "the chaos tier's stack did not start: see $LOGS/chaos-stack.log"; return 1; }
   chaos_env "$BIN/pytest" tests/chaos --durations=10
 }
 
@@ -66,7 +115,8 @@ started=$SECONDS
   run chaos-stack chaos_env "$BIN/invoicing" stack up &
   stack_up=$!
   static
-  run chaos chaos_tier "$stack_up"
+  wait "$stack_up"
+  run chaos chaos_tier "$?"
 ) &
 chain=$!
 (
