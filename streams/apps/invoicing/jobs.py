@@ -47,13 +47,13 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
-from enum import Enum
+from dataclasses import replace
 from typing import Any
 
 import psycopg
 
+from streams.apps.invoicing.draft_job import draft_grace, lock_draft, save_draft
+from streams.apps.invoicing.job_types import EVENT_SOURCE, JobContext, JobResult, Outcome
 from streams.apps.invoicing.metrics import (
     CROSS_PARTITION_USAGE,
     HOLDS,
@@ -66,78 +66,36 @@ from streams.core.billing import fencing, rows
 from streams.core.billing.commit import write_fenced
 from streams.core.billing.failures import Disposition, classify
 from streams.core.billing.issuance import Issued, NotIssued, issue, tax_idempotency_key
-from streams.core.billing.ports import Database, TaxService
 from streams.core.billing.rating import (
-    PriceBooks,
     Rated,
     gather,
     hold_codes,
     hold_reason,
     rate_period,
 )
-from streams.core.billing.stores import POSTGRES, Stores
 from streams.core.domain.drafts import (
     FINALIZE_REASON,
     RERATE_REASON,
     Grace,
-    grace_ends_at,
-    grace_of,
 )
 from streams.core.domain.errors import InvoiceRuleViolation
 from streams.core.domain.events import invoice_id_for
-from streams.core.domain.invoice import PricedInvoice, UsageLine, apply_tax
-from streams.core.domain.rating import MeteredEvent, PriceBook
+from streams.core.domain.invoice import UsageLine, apply_tax
+from streams.core.domain.rating import MeteredEvent
 
 log = logging.getLogger("streams.apps.invoicing.jobs")
 
-#: CloudEvents ``source`` of events the invoicing workers publish.
-EVENT_SOURCE = "/invoicing/worker"
-
-
-class Outcome(Enum):
-    INVOICED = "invoiced"
-    ALREADY_INVOICED = "already_invoiced"
-    HELD = "held"
-    RETRY = "retry"
-    #: another writer (a replay) committed this revision's tax document and has not
-    #: written its invoice yet: retry later, then find its invoice
-    CONTENDED = "contended"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-    FENCED = "fenced"
-    #: the close made a draft, or re-rated the open one (docs/invoices.md "Drafts and
-    #: finalisation"): no number, no event, no email yet
-    DRAFTED = "drafted"
-
-
-@dataclass(frozen=True)
-class JobResult:
-    """What a job did, for the poll thread: commit the marker's offset unless RETRY,
-    CONTENDED, FENCED or CANCELLED; FAILED means dead-letter the marker and hold the
-    customer."""
-
-    marker: rows.CloseMarker
-    token: fencing.FencingToken
-    outcome: Outcome
-    detail: str = ""
-    invoice_id: str | None = None
-    invoice_number: str | None = None
-    seconds: float = 0.0
-    #: DRAFTED: when the draft's grace period ends (UTC), for the owner's timer
-    draft_due: datetime | None = None
-
-
-@dataclass(frozen=True)
-class JobContext:
-    """What a job needs: the pool, the tax service, the invoice topic name, and the
-    store implementations the pool's connections take (default: PostgreSQL), and the
-    published price book's cache (shared by the worker's jobs)."""
-
-    pool: Database[Any]
-    tax: TaxService
-    invoices_topic: str
-    stores: Stores[Any] = POSTGRES
-    price_books: PriceBooks = field(default_factory=PriceBooks)
+# the job's types and its draft path live beside it; re-exported here, where callers
+# have always imported them from
+__all__ = [
+    "EVENT_SOURCE",
+    "CrossPartitionUsage",
+    "JobContext",
+    "JobResult",
+    "Outcome",
+    "draft_grace",
+    "run_invoice_job",
+]
 
 
 def run_invoice_job(
@@ -402,7 +360,7 @@ def _run(
     if cancel.is_set():
         return JobResult(marker, token, Outcome.CANCELLED, "cancelled before the tax call")
     if marker.reason != FINALIZE_REASON and (draft is not None or grace.drafts):
-        return _save_draft(
+        return save_draft(
             ctx, marker, token, priced, customer, invoice_id, revision, grace, draft, cancel
         )
     # 3. tax, with no transaction open
@@ -445,9 +403,7 @@ def _run(
             draft.lease_fencing_token if draft is not None else marker.lease_fencing_token
         ),
         before=(
-            (lambda conn: _lock_draft(ctx, conn, customer_id, period))
-            if draft is not None
-            else None
+            (lambda conn: lock_draft(ctx, conn, customer_id, period)) if draft is not None else None
         ),
         after=after,
         stores=ctx.stores,
@@ -474,94 +430,4 @@ def _run(
         f"{totals.line_count} lines, total {totals.total}",
         invoice_id,
         result.invoice_number,
-    )
-
-
-def draft_grace(customer: rows.Customer, book: PriceBook, rating: Rated) -> Grace:
-    """The grace period of this invoice (:func:`streams.core.domain.drafts.grace_of`): the
-    customer's, else that of the plan version of the period's last segment, else 0."""
-    plan_hours = None
-    segments = rating.rated.segments
-    if segments:
-        last = segments[-1]
-        version = book.plan_version(last.plan_code, last.plan_version)
-        plan_hours = version.invoice_grace_hours if version is not None else None
-    return grace_of(customer.invoice_grace_hours, plan_hours)
-
-
-def _lock_draft(ctx: JobContext, conn: Any, customer_id: str, period: str) -> None:
-    """Lock the open draft ``FOR UPDATE`` for the finalisation's transaction (a
-    concurrent re-rating waits, then finds it finalised and changes nothing)."""
-    ctx.stores.drafts.open_draft(conn, customer_id, period, lock=True)
-
-
-def _save_draft(
-    ctx: JobContext,
-    marker: rows.CloseMarker,
-    token: fencing.FencingToken,
-    priced: PricedInvoice,
-    customer: rows.Customer,
-    invoice_id: str,
-    revision: int,
-    grace: Grace,
-    draft: rows.Draft | None,
-    cancel: threading.Event,
-) -> JobResult:
-    """Make the draft of ``marker``'s close, or re-rate the open ``draft`` in place: taxed
-    as a quote (``commit=False``: the tax service stores nothing, so the finalisation's
-    committed document under the same key may have other lines), then one fenced
-    transaction: the draft row (no number, no outbox row) and, for a close marker, its
-    close recorded ``drafted``. The draft's figures are those of the usage before
-    ``marker`` on its partition (its watermark)."""
-    taxed = ctx.tax.calculate(
-        idempotency_key=tax_idempotency_key(invoice_id, revision),
-        customer_id=customer.customer_id,
-        currency=customer.currency,
-        lines=priced.tax_lines(),
-        commit=False,
-    )
-    totals = apply_tax(priced, taxed)
-    if cancel.is_set():
-        return JobResult(marker, token, Outcome.CANCELLED, "cancelled after the tax call")
-    ends = (
-        draft.grace_ends_at if draft is not None else grace_ends_at(datetime.now(UTC), grace.hours)
-    )
-
-    def work(conn: Any) -> None:
-        ctx.stores.drafts.save_draft(
-            conn,
-            invoice_id=invoice_id,
-            revision=revision,
-            marker=marker,
-            watermark_offset=marker.source.offset,
-            totals=totals,
-            grace_hours=grace.hours,
-            grace_source=grace.source,
-            grace_ends_at=ends,
-            fence=(token.generation, token.member_id),
-        )
-        if marker.reason != RERATE_REASON:
-            ctx.stores.closes.record_close(conn, marker, "drafted", invoice_id)
-
-    write_fenced(ctx.pool, token, work, stores=ctx.stores)
-    what = "re-rated" if draft is not None else "drafted"
-    log.info(
-        "%s %s %s: %d lines, total %s, grace %s h (%s) until %s",
-        what,
-        marker.customer_id,
-        marker.billing_period,
-        totals.line_count,
-        totals.total,
-        grace.hours,
-        grace.source,
-        ends.isoformat(),
-    )
-    return JobResult(
-        marker,
-        token,
-        Outcome.DRAFTED,
-        f"{what}: {totals.line_count} lines, total {totals.total}",
-        invoice_id,
-        None,
-        draft_due=ends,
     )
