@@ -20,7 +20,11 @@ import pytest
 from streams.apps.email.render import DocumentRef
 from streams.apps.email.store import NewDelivery
 from streams.core.billing.rows import CreditNoteDraft, Customer
-from streams.core.billing.store.invoices import InvoiceNumberTaken
+from streams.core.billing.store.invoices import (
+    InvoiceNumberTaken,
+    invoice_number,
+    pending_number,
+)
 from streams.core.domain.events import InvoiceVoided
 from tests.contracts.stores import NO_FENCE, PERIOD, StoreHarness, draft, line, unique, usage
 
@@ -88,6 +92,40 @@ class InvoiceStoreContract:
             raise Boom  # the document was not written: its number is given back
         with harness.tx() as conn:
             assert inv.next_number(conn, series) == 4
+
+    def test_an_invoice_is_numbered_last_from_its_period_s_series(
+        self, harness: StoreHarness
+    ) -> None:
+        """Inserted under its provisional number, numbered in the same transaction from the
+        period's ``INV-`` series (migration 0025); the series goes on from there."""
+        inv = harness.stores.invoices
+        period = f"{2200 + uuid.uuid4().int % 700:04d}-{1 + uuid.uuid4().int % 12:02d}"
+        first, second = draft(unique("c"), period=period), draft(unique("c"), period=period)
+        with harness.tx() as conn:
+            assert self.insert(harness, conn, first, pending_number(first.invoice_id))
+            assert inv.number_invoice(conn, first.invoice_id, period) == invoice_number(period, 1)
+        with harness.tx() as conn:
+            assert self.insert(harness, conn, second, pending_number(second.invoice_id))
+            assert inv.number_invoice(conn, second.invoice_id, period) == invoice_number(period, 2)
+            stored = inv.stored_invoice(conn, first.invoice_id)
+        assert stored is not None and stored.invoice_number == invoice_number(period, 1)
+
+    def test_numbering_refuses_another_period_or_a_numbered_invoice(
+        self, harness: StoreHarness
+    ) -> None:
+        inv = harness.stores.invoices
+        d = draft(unique("c"))
+        with pytest.raises(psycopg.errors.InsufficientPrivilege), harness.tx() as conn:
+            assert self.insert(harness, conn, d, pending_number(d.invoice_id))
+            inv.number_invoice(conn, d.invoice_id, "2031-07")  # not the invoice's period
+        numbered = draft(unique("c"))
+        with harness.tx() as conn:
+            self.insert(harness, conn, numbered, pending_number(numbered.invoice_id))
+            inv.number_invoice(conn, numbered.invoice_id, PERIOD)
+        with pytest.raises(psycopg.errors.InsufficientPrivilege), harness.tx() as conn:
+            inv.number_invoice(conn, numbered.invoice_id, PERIOD)  # numbered and committed
+        with harness.tx() as conn:
+            assert inv.stored_invoice(conn, d.invoice_id) is None  # rolled back
 
     # ------------------------------------------------------------------ invoices
 

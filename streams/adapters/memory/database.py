@@ -232,6 +232,16 @@ class Statement:
         """``nextval(sequence)``: not given back by a rollback."""
         return self._db.next_value(sequence)
 
+    def inserted_here(self, name: str, key: Any) -> bool:
+        """Whether row ``key`` of table ``name`` was inserted by this transaction (it is in
+        the working copy and not in the committed table): PostgreSQL's "xmin is a
+        transaction in progress" test of the guard triggers."""
+        return key in self.table(name) and key not in self._db._tables.get(name, {})
+
+    def insufficient_privilege(self, message: str) -> BaseException:
+        """Abort with ``psycopg.errors.InsufficientPrivilege`` (SQLSTATE 42501)."""
+        return self.fail(psycopg.errors.InsufficientPrivilege(message))
+
     def fail(self, error: BaseException) -> BaseException:
         """Abort the transaction with ``error`` and return it (``raise stmt.fail(...)``)."""
         self._tx.aborted = error

@@ -535,6 +535,9 @@ FUNCTIONS: Final[Mapping[str, tuple[str, ...]]] = {
     "superseded_invoice_has_successor()": (),
     # migration 0024
     "invoice_draft_guard()": (),
+    # migration 0025: the issuance transaction numbers its invoice last, before the commit
+    "invoice_numbered_at_commit()": (),
+    "number_invoice(uuid, text)": ("worker", "replay"),
 }
 
 

@@ -17,10 +17,13 @@ this order:
    a gapless ``CN-<period>`` number, the full credit note (``ON CONFLICT DO
    NOTHING``; one full note per revision) and the credited revision ``issued`` →
    ``superseded``;
-4. a gapless ``INV-<period>`` number and ``INSERT … ON CONFLICT DO NOTHING`` of
-   the invoice and its lines (:func:`streams.core.billing.store.invoices.insert_invoice`):
+4. ``INSERT … ON CONFLICT DO NOTHING`` of the invoice under its provisional number
+   and of its lines (:func:`streams.core.billing.store.invoices.insert_invoice`):
    usage lines in ``invoice_lines``, a rated invoice's charge lines in
-   ``invoice_charges`` and its rating summary in ``invoices.rating``;
+   ``invoice_charges`` and its rating summary in ``invoices.rating``; then its gapless
+   ``INV-<period>`` number (:func:`streams.core.billing.store.invoices.number_invoice`),
+   taken **last**: the period's counter row, which every issuance of the period needs,
+   is locked only for this step, the outbox rows, the ``after`` rows and the commit;
 5. the outbox rows — ``credit_note.issued`` (with a correction), then
    ``invoice.issued`` — written **only when the invoice row was new**, with
    deterministic ids (``deterministic_id("outbox", <type>, <document id>)``) so
@@ -51,7 +54,7 @@ from typing import Any, TypeVar
 from streams.core.billing.fencing import Fence, FencingToken
 from streams.core.billing.ports import Connection, Database
 from streams.core.billing.rows import CreditNoteDraft, InvoiceDraft
-from streams.core.billing.store.invoices import credit_note_number, invoice_number
+from streams.core.billing.store.invoices import credit_note_number, pending_number
 from streams.core.billing.stores import POSTGRES, Stores
 from streams.core.domain.events import CreditNoteIssued, InvoiceIssued, deterministic_id
 
@@ -168,16 +171,18 @@ def issue(
                     raise _Conflict("the issued revision was credited meanwhile")
                 if not db.invoices.supersede(conn, credit.invoice_id):
                     raise _Conflict("the issued revision was superseded meanwhile")
-            number = invoice_number(period, db.invoices.next_number(conn, f"INV-{period}"))
             if not db.invoices.insert_invoice(
                 conn,
                 draft,
-                number=number,
+                number=pending_number(draft.invoice_id),
                 fence=partition_fence,
                 lease_fencing_token=lease_fencing_token,
                 issued_at=issued_at,
             ):
                 raise _Conflict(f"revision {draft.revision} was written meanwhile")
+            # Numbered last: from here to the commit the period's counter row is locked,
+            # and every other issuance of the period waits (docs/decisions/0006-gapless-invoice-numbers.md).
+            number = db.invoices.number_invoice(conn, draft.invoice_id, period)
             customer_id = draft.customer.customer_id
             if credit is not None and credit_number is not None:
                 db.invoices.insert_outbox(

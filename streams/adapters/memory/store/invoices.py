@@ -52,6 +52,7 @@ from streams.core.billing.store.invoices import (
     UnsentInvoice,
     credit_note_number,
     invoice_number,
+    pending_number,
 )
 from streams.core.domain.events import EventData
 from streams.topics import is_outbox_route
@@ -70,6 +71,7 @@ __all__ = [
     "lock_issued",
     "max_revision",
     "next_number",
+    "number_invoice",
     "open_credit",
     "revisions",
     "stored_invoice",
@@ -88,6 +90,45 @@ def next_number(conn: MemoryConnection, series: str) -> int:
         value: int = counters.get(series, 0) + 1
         counters[series] = value
         return value
+
+
+def number_invoice(conn: MemoryConnection, invoice_id: str, billing_period: str) -> str:
+    """Number the invoice this transaction inserted under its provisional number (see
+    :func:`streams.core.billing.store.invoices.number_invoice`; the twin does not refuse
+    a commit of an unnumbered invoice, PostgreSQL's deferred trigger does).
+
+    Raises:
+        InvoiceNumberTaken: the next number is already another invoice's.
+        psycopg.errors.InsufficientPrivilege: not a provisional invoice of this transaction.
+    """
+    with conn.statement("invoices.number_invoice") as stmt:
+        key = as_uuid(stmt, invoice_id, "invoice_id")
+        table = stmt.table(INVOICES)
+        row: InvoiceRow | None = table.get(key)
+        if (
+            row is None
+            or row.billing_period != billing_period
+            or row.invoice_number != pending_number(key)
+            or not stmt.inserted_here(INVOICES, key)
+        ):
+            raise stmt.insufficient_privilege(
+                f"invoice {key} has no provisional number of period {billing_period} "
+                "in this transaction to replace"
+            )
+        counters = stmt.table(DOCUMENT_COUNTERS)
+        series = f"INV-{row.billing_period}"
+        value: int = counters.get(series, 0) + 1
+        counters[series] = value
+        number = invoice_number(row.billing_period, value)
+        if any(other.invoice_number == number for other in table.values()):
+            stmt.fail(psycopg.errors.UniqueViolation(f"invoice number {number} exists"))
+            raise InvoiceNumberTaken(
+                f"the next number of the series is already used by another invoice; invoice "
+                f"{key} was not written (check document_counters against the invoices issued): "
+                f"{number}"
+            )
+        table[key] = replace(row, invoice_number=number)
+        return number
 
 
 # --------------------------------------------------------------------------- invoices

@@ -8,7 +8,10 @@ The constraints that make issuance idempotent are in migration 0001: unique
 CONFLICT DO NOTHING`` and read "nothing inserted" as "someone wrote it first".
 Numbers are gapless per series (``INV-<period>``, ``CN-<period>``): the counter
 row is incremented inside the document's own transaction, so a rollback also
-returns the number (docs/decisions/0006-gapless-invoice-numbers.md).
+returns the number (docs/decisions/0006-gapless-invoice-numbers.md). An invoice is
+inserted under a provisional number (:func:`pending_number`) and numbered last, just
+before the commit (:func:`number_invoice`), so the period's counter row is locked only
+for the end of the transaction.
 
 The only update an issued invoice ever sees is ``issued`` → ``superseded``
 (:func:`supersede`); amounts, lines and numbers are never changed (docs/design.md "Database roles").
@@ -20,6 +23,7 @@ Shapes: money ``Decimal`` in currency units, periods ``YYYY-MM``, times UTC.
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -61,7 +65,9 @@ __all__ = [
     "lock_issued",
     "max_revision",
     "next_number",
+    "number_invoice",
     "open_credit",
+    "pending_number",
     "revisions",
     "stored_charges",
     "stored_invoice",
@@ -93,6 +99,49 @@ def next_number(conn: psycopg.Connection[Any], series: str) -> int:
         ).fetchone()
     assert value is not None  # INSERT … RETURNING always returns the row
     return int(value)
+
+
+def pending_number(invoice_id: str) -> str:
+    """The provisional number ``PENDING-<invoice id>`` an invoice is inserted under until
+    :func:`number_invoice` numbers it in the same transaction (unique by construction;
+    migration 0025 refuses to commit an invoice still under it).
+
+    Raises:
+        ValueError: ``invoice_id`` is not a UUID.
+    """
+    return f"PENDING-{uuid.UUID(invoice_id)}"
+
+
+def number_invoice(conn: psycopg.Connection[Any], invoice_id: str, billing_period: str) -> str:
+    """Number the invoice of ``billing_period`` (``YYYY-MM``) this transaction inserted under
+    :func:`pending_number`: the next number of the period's ``INV-<period>`` series
+    (:func:`invoice_number`'s format), in one statement (``number_invoice(uuid, text)``,
+    migration 0025). The counter row stays
+    locked until the commit, so call it last, just before the commit.
+
+    Returns:
+        The number, e.g. ``INV-2024-09-000042``.
+
+    Raises:
+        InvoiceNumberTaken: the number is already another invoice's (the counter fell
+            out of step with the invoices issued); the transaction is aborted.
+        psycopg.errors.InsufficientPrivilege: no provisional invoice of that period is
+            this transaction's (another period, numbered already, or committed).
+        psycopg.Error: the database failed.
+    """
+    try:
+        with conn.cursor(row_factory=scalar_row) as cur:
+            number = cur.execute(
+                "SELECT number_invoice(%s, %s)", (invoice_id, billing_period)
+            ).fetchone()
+    except psycopg.errors.UniqueViolation as exc:
+        raise InvoiceNumberTaken(
+            f"the next number of the series is already used by another invoice; invoice "
+            f"{invoice_id} was not written (check document_counters against the invoices "
+            f"issued): {exc.diag.message_detail or exc}"
+        ) from exc
+    assert number is not None  # the function returns the number or raises
+    return str(number)
 
 
 def invoice_number(billing_period: str, sequence: int) -> str:
