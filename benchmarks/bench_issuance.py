@@ -108,6 +108,46 @@ def number_last(
     issue_invoice(conn, draft, token, invoices_topic)
 
 
+class SeparateCheck:
+    """The partition fence checked by its own statement before the invoice (the previous
+    issuance): not a :class:`~streams.core.billing.fencing.FencingToken`, so the kernel
+    calls :meth:`check` first instead of folding it into the insert."""
+
+    def __init__(self, token: fencing.FencingToken) -> None:
+        self.token = token
+
+    def check(self, conn: psycopg.Connection[Any]) -> None:
+        fencing.check(conn, self.token)
+
+
+def fencing_rates(dsn: str, lines: int, invoices: int, blocks: int) -> dict[str, float]:
+    """Invoices/s of folded, separate and unfenced issuance on one connection (median of
+    ``blocks`` blocks of ``invoices`` each way, interleaved one by one, rotating order)."""
+    with psycopg.connect(dsn) as conn:
+        fixture = prepare_fencing(
+            conn, count=3 * invoices * blocks, lines=lines, unique=new_unique()
+        )
+        drafts = iter(fixture.drafts)
+        token = fixture.token
+        ways: dict[str, Any] = {
+            "folded": token,
+            "separate": SeparateCheck(token),
+            "unfenced": None,
+        }
+        rates: dict[str, list[float]] = {name: [] for name in ways}
+        names = list(ways)
+        for _ in range(blocks):
+            spent = dict.fromkeys(ways, 0.0)
+            for i in range(invoices):
+                for name in names[i % 3 :] + names[: i % 3]:
+                    t0 = time.perf_counter()
+                    issue_invoice(conn, next(drafts), ways[name], fixture.invoices_topic)
+                    spent[name] += time.perf_counter() - t0
+            for name in ways:
+                rates[name].append(invoices / spent[name])
+    return {name: median(r) for name, r in rates.items()}
+
+
 def run_block(
     dsn: str,
     way: Issue,
@@ -158,6 +198,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--invoices", type=int, default=40)
     parser.add_argument("--blocks", type=int, default=3)
+    parser.add_argument("--fencing", action="store_true", help="the fence's cost instead")
     args = parser.parse_args()
     load = os.getloadavg()
     print(
@@ -180,6 +221,18 @@ def main() -> None:
             timeout_s=300,
         )
         dsn = settings.postgres.dsn("owner", database=database)
+        if args.fencing:
+            print(
+                f"{'lines':>6} {'folded inv/s':>13} {'separate inv/s':>15} {'unfenced inv/s':>15}"
+                f" {'folded/unfenced':>16} {'separate/unfenced':>18}"
+            )
+            for n in (int(x) for x in args.lines.split(",")):
+                r = fencing_rates(dsn, n, args.invoices, args.blocks)
+                print(
+                    f"{n:>6} {r['folded']:>13.1f} {r['separate']:>15.1f} {r['unfenced']:>15.1f}"
+                    f" {r['folded'] / r['unfenced']:>16.3f} {r['separate'] / r['unfenced']:>18.3f}"
+                )
+            return
         print(
             f"{'lines':>6} {'threads':>7} {'number last inv/s':>18} {'number first inv/s':>19}"
             f" {'ratio':>6} {'1 thread, last':>15} {'1 thread, first':>16}"

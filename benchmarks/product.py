@@ -258,7 +258,7 @@ class _OneConnection:
 def issue_invoice(
     conn: psycopg.Connection[Any],
     draft: rows.InvoiceDraft,
-    token: fencing.FencingToken | None,
+    token: fencing.Fence | None,
     invoices_topic: str,
 ) -> None:
     """The billing kernel's issuance transaction (``streams.core.billing.issuance.issue``) as

@@ -9,6 +9,7 @@ Run on the twin (:mod:`streams.adapters.memory.store.invoices`) and on PostgreSQ
 from __future__ import annotations
 
 import json
+import threading
 import uuid
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -19,6 +20,7 @@ import pytest
 
 from streams.apps.email.render import DocumentRef
 from streams.apps.email.store import NewDelivery
+from streams.core.billing.fencing import Fenced, FencingToken
 from streams.core.billing.rows import CreditNoteDraft, Customer
 from streams.core.billing.store.invoices import (
     InvoiceNumberTaken,
@@ -126,6 +128,80 @@ class InvoiceStoreContract:
             inv.number_invoice(conn, numbered.invoice_id, PERIOD)  # numbered and committed
         with harness.tx() as conn:
             assert inv.stored_invoice(conn, d.invoice_id) is None  # rolled back
+
+    # ------------------------------------------------------------------ fence folded in
+
+    def test_an_insert_with_its_fence_writes_only_under_the_current_token(
+        self, harness: StoreHarness
+    ) -> None:
+        """``checked``: the fence check folded into the invoice's insert; a stale token
+        is refused (Fenced) and nothing is written, a current one writes."""
+        inv, fences = harness.stores.invoices, harness.stores.fences
+        g = unique("g")
+        old = FencingToken(g, "billing.account-events.v1", 3, 5, "member-a")
+        new = FencingToken(g, "billing.account-events.v1", 3, 6, "member-b")
+        with harness.tx() as conn:
+            fences.claim(conn, old)
+        first, second = draft(unique("c")), draft(unique("c"))
+        with harness.tx() as conn:
+            assert inv.insert_invoice(
+                conn, first, number=unique("INV"), issued_at=now(), checked=old, **NO_FENCE
+            )
+        with harness.tx() as conn:
+            fences.claim(conn, new)
+        with pytest.raises(Fenced) as refused, harness.tx() as conn:
+            inv.insert_invoice(
+                conn, second, number=unique("INV"), issued_at=now(), checked=old, **NO_FENCE
+            )
+        assert refused.value.stored == (6, "member-b")
+        with harness.tx() as conn:
+            assert inv.stored_invoice(conn, second.invoice_id) is None
+            # the same invoice again under the current token: a unique key, not a fence
+            assert not inv.insert_invoice(
+                conn, first, number=unique("INV"), issued_at=now(), checked=new, **NO_FENCE
+            )
+            assert inv.insert_invoice(
+                conn, second, number=unique("INV"), issued_at=now(), checked=new, **NO_FENCE
+            )
+
+    def test_a_claim_waits_for_an_insert_with_its_fence_in_flight(
+        self, harness: StoreHarness
+    ) -> None:
+        """The folded check locks the fence row as the separate check does: a new owner's
+        claim waits until the writer's transaction ends."""
+        inv, fences = harness.stores.invoices, harness.stores.fences
+        g = unique("g")
+        old = FencingToken(g, "billing.account-events.v1", 3, 5, "member-a")
+        new = FencingToken(g, "billing.account-events.v1", 3, 6, "member-b")
+        with harness.tx() as conn:
+            fences.claim(conn, old)
+        claimed = threading.Event()
+        errors: list[BaseException] = []
+
+        def new_owner() -> None:
+            try:
+                with harness.tx() as conn:
+                    fences.claim(conn, new)
+                claimed.set()
+            except BaseException as exc:  # reported below
+                errors.append(exc)
+
+        with harness.db.connection() as writer:
+            with writer.transaction():
+                assert inv.insert_invoice(
+                    writer,
+                    draft(unique("c")),
+                    number=unique("INV"),
+                    issued_at=now(),
+                    checked=old,
+                    **NO_FENCE,
+                )
+                thread = threading.Thread(target=new_owner, daemon=True)
+                thread.start()
+                assert not claimed.wait(harness.blocked_s), "the claim did not wait"
+            assert claimed.wait(10.0), f"the claim never completed: {errors}"
+            thread.join(5)
+        assert not errors
 
     # ------------------------------------------------------------------ invoices
 

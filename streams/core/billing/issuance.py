@@ -8,7 +8,11 @@ this order:
 
 1. the **fence check** given by the caller (:class:`streams.core.billing.fencing.Fence`:
    a partition fence for the worker, a lease fence for the replay) — the first
-   statement, so nothing lands once the caller's ownership ended;
+   statement, so nothing lands once the caller's ownership ended; a partition fence
+   with neither ``before`` nor ``credit`` is checked *by the invoice's insert* instead
+   (``INSERT … SELECT … WHERE EXISTS (fence row FOR SHARE)``, the first write of the
+   transaction), which saves a statement per invoice and keeps the guarantee: nothing
+   is written unless the fence row, locked, holds the caller's token;
 2. the caller's ``before`` checks (the replay re-verifies, under its locks, that
    the revision it compared is still the issued one); whatever they raise rolls
    everything back and propagates;
@@ -154,8 +158,14 @@ def issue(
         else None
     )
     try:
+        # A partition fence with nothing to write before the invoice is checked by the
+        # invoice's own insert (one statement less per invoice); anything else first.
+        folded = (
+            fence if isinstance(fence, FencingToken) and before is None and credit is None else None
+        )
         with pool.connection() as conn, conn.transaction():
-            db.check(conn, fence)
+            if folded is None:
+                db.check(conn, fence)
             if before is not None:
                 before(conn)
             credit_number: str | None = None
@@ -178,6 +188,7 @@ def issue(
                 fence=partition_fence,
                 lease_fencing_token=lease_fencing_token,
                 issued_at=issued_at,
+                checked=folded,
             ):
                 raise _Conflict(f"revision {draft.revision} was written meanwhile")
             # Numbered last: from here to the commit the period's counter row is locked,

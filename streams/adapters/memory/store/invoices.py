@@ -22,6 +22,7 @@ from datetime import datetime, timedelta
 
 import psycopg
 
+from streams.adapters.memory import fencing as memory_fencing
 from streams.adapters.memory.database import MemoryConnection, Statement
 from streams.adapters.memory.store.tables import (
     CREDIT_NOTES,
@@ -37,6 +38,7 @@ from streams.adapters.memory.store.tables import (
     as_uuid,
     check_period,
 )
+from streams.core.billing.fencing import FencingToken
 from streams.core.billing.rows import (
     CreditNoteDraft,
     InvoiceDraft,
@@ -174,15 +176,21 @@ def insert_invoice(
     fence: tuple[str, int, str] | None,
     lease_fencing_token: int | None,
     issued_at: datetime,
+    checked: FencingToken | None = None,
 ) -> bool:
     """Insert the invoice and its lines; False when a unique key says it exists (see
-    :func:`streams.core.billing.store.invoices.insert_invoice`).
+    :func:`streams.core.billing.store.invoices.insert_invoice`); with ``checked``, only
+    while the partition's fence holds that token (checked first: the twin has no
+    concurrent claim to re-read).
 
     Raises:
+        Fenced: ``checked`` is given and the fence holds another token (or none).
         InvoiceNumberTaken: the only conflict was the number.
         psycopg.errors.CheckViolation / ForeignKeyViolation / UniqueViolation: as
             PostgreSQL would.
     """
+    if checked is not None:
+        memory_fencing.check(conn, checked)
     totals = draft.totals
     with conn.statement("invoices.insert_invoice") as stmt:
         invoice_id = as_uuid(stmt, draft.invoice_id, "invoice_id")

@@ -106,6 +106,7 @@ class InvoiceStore(Protocol[C]):
         fence: tuple[str, int, str] | None,
         lease_fencing_token: int | None,
         issued_at: datetime,
+        checked: FencingToken | None = None,
     ) -> bool: ...
     def lock_issued(
         self, conn: C, customer_id: str, billing_period: str

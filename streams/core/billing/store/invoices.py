@@ -33,6 +33,8 @@ from typing import Any
 import psycopg
 from psycopg.rows import args_row, class_row, scalar_row
 
+from streams.core.billing import fencing
+from streams.core.billing.fencing import FencingToken
 from streams.core.billing.rows import (
     CreditNoteDraft,
     InvoiceDraft,
@@ -173,6 +175,39 @@ def current_invoice(
         ).fetchone()
 
 
+_INVOICE_COLUMNS = """invoice_id, invoice_number, customer_id, billing_period, revision, status,
+    customer_name, email, currency, line_count, subtotal, tax_total, total, taxes, close_event_id,
+    source_topic, source_partition, first_offset, last_offset, close_offset,
+    fence_group, fence_generation, fence_member, lease_fencing_token, supersedes_invoice_id, issued_at,
+    rating"""
+
+_INSERT_INVOICE = f"""
+INSERT INTO invoices ({_INVOICE_COLUMNS})
+VALUES (%s, %s, %s, %s, %s, 'issued', %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s,
+        %s, %s, %s, %s, %s, %s, %s)
+ON CONFLICT DO NOTHING
+RETURNING invoice_id
+"""
+
+# The same row, inserted only while the partition's fence row holds the writer's token; the
+# subquery's FOR SHARE locks the row as fencing.check does, and READ COMMITTED re-reads a
+# row a concurrent claim updated, so a claim committed first makes the insert write nothing.
+# The casts type the parameters, which a SELECT list leaves untyped.
+_INSERT_INVOICE_FENCED = f"""
+INSERT INTO invoices ({_INVOICE_COLUMNS})
+SELECT %s::uuid, %s::text, %s::text, %s::text, %s::integer, 'issued', %s::text, %s::text,
+       %s::text, %s::integer, %s::numeric, %s::numeric, %s::numeric, %s::jsonb, %s::text,
+       %s::text, %s::integer, %s::bigint, %s::bigint, %s::bigint, %s::text, %s::integer,
+       %s::text, %s::bigint, %s::uuid, %s::timestamptz, %s::jsonb
+ WHERE EXISTS (SELECT FROM partition_fences
+                WHERE group_id = %s AND topic = %s AND partition = %s
+                  AND generation = %s AND member_id = %s
+                  FOR SHARE)
+ON CONFLICT DO NOTHING
+RETURNING invoice_id
+"""
+
+
 def insert_invoice(
     conn: psycopg.Connection[Any],
     draft: InvoiceDraft,
@@ -181,6 +216,7 @@ def insert_invoice(
     fence: tuple[str, int, str] | None,
     lease_fencing_token: int | None,
     issued_at: datetime,
+    checked: FencingToken | None = None,
 ) -> bool:
     """Insert the invoice and its lines. Returns False (nothing written) when the same invoice id, a
     row for (customer, period, revision), or a current revision of (customer, period) already
@@ -191,8 +227,15 @@ def insert_invoice(
         fence: the partition fence that wrote it, ``(group, generation, member id)``
             (``invoices.fence_*``), None for a lease-fenced writer.
         lease_fencing_token: the lease fencing number recorded with it, if any.
+        checked: a partition fence to check in the same statement: the invoice row is
+            inserted only while the fence row holds this token, and the row is locked
+            ``FOR SHARE`` by the insert itself (the check of
+            :func:`streams.core.billing.fencing.check`, folded into the write: one
+            statement less per invoice). None: the caller checked its fence before.
 
     Raises:
+        Fenced: ``checked`` is given and the fence row holds another token (or none);
+            nothing was written.
         InvoiceNumberTaken: the only conflict was ``invoice_number`` (the number
             series fell out of step with the numbers issued): never read as "already
             invoiced", which would leave the customer silently without an invoice.
@@ -212,17 +255,7 @@ def insert_invoice(
     last = max(offsets, default=None)
     with conn.cursor(row_factory=scalar_row) as cur:
         inserted = cur.execute(
-            """
-            INSERT INTO invoices (invoice_id, invoice_number, customer_id, billing_period, revision, status,
-                customer_name, email, currency, line_count, subtotal, tax_total, total, taxes, close_event_id,
-                source_topic, source_partition, first_offset, last_offset, close_offset,
-                fence_group, fence_generation, fence_member, lease_fencing_token, supersedes_invoice_id, issued_at,
-                rating)
-            VALUES (%s, %s, %s, %s, %s, 'issued', %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s,
-                    %s, %s, %s, %s, %s, %s, %s)
-            ON CONFLICT DO NOTHING
-            RETURNING invoice_id
-            """,
+            _INSERT_INVOICE if checked is None else _INSERT_INVOICE_FENCED,
             (
                 draft.invoice_id,
                 number,
@@ -250,9 +283,23 @@ def insert_invoice(
                 draft.supersedes_invoice_id,
                 issued_at,
                 None if totals.rating is None else totals.rating.model_dump_json(),
+                *(
+                    ()
+                    if checked is None
+                    else (
+                        checked.group_id,
+                        checked.topic,
+                        checked.partition,
+                        checked.generation,
+                        checked.member_id,
+                    )
+                ),
             ),
         ).fetchone()
         if inserted is None:
+            if checked is not None:
+                # nothing inserted: the fence (raises Fenced) or a unique key (below)
+                fencing.check(conn, checked)
             same = cur.execute(
                 """
                 SELECT 1 FROM invoices
