@@ -209,7 +209,9 @@ def claim(conn: psycopg.Connection[Any], token: FencingToken) -> None:
 
 def check(conn: psycopg.Connection[Any], token: FencingToken) -> None:
     """Inside the caller's open transaction: hold the fence row ``FOR SHARE`` and
-    verify it is still ours. Must be the first statement of every write transaction.
+    verify it is still ours. Must be the first statement of every write transaction, or
+    folded into its first write (the invoice's insert with ``checked=``:
+    :func:`streams.core.billing.store.invoices.insert_invoice`).
 
     Raises:
         Fenced: the row holds another token (or none).
