@@ -74,7 +74,7 @@ def view_config(settings: Settings, *, port: int | None = None) -> ViewConfig:
     """One view instance's :class:`~streams.apps.usage_view.app.ViewConfig` from settings:
     the group and topic (under ``kafka.topic_prefix``), ``port`` (default
     ``settings.view.port``), its own data folder per port."""
-    from streams.apps.usage_view.app import ViewConfig
+    from streams.apps.usage_view.app import RocksDBBounds, ViewConfig
 
     view = settings.view
     web_port = port if port is not None else view.port
@@ -101,6 +101,11 @@ def view_config(settings: Settings, *, port: int | None = None) -> ViewConfig:
         forward_timeout_s=view.forward_timeout_s,
         changelog_linger_s=view.changelog_linger_s,
         changelog_batch_bytes=view.changelog_batch_bytes,
+        rocksdb=RocksDBBounds(
+            block_cache_bytes=view.rocksdb_block_cache_bytes,
+            write_buffer_bytes=view.rocksdb_write_buffer_bytes,
+            max_write_buffers=view.rocksdb_max_write_buffers,
+        ),
     )
 
 

@@ -196,6 +196,25 @@ class UsageViewSettings(BaseModel):
         description="Largest changelog producer batch (bytes; keep it under the broker's "
         "1 MB message limit).",
     )
+    rocksdb_block_cache_bytes: int = Field(
+        default=4 * 1024 * 1024,
+        ge=64 * 1024,
+        description="Block cache of each RocksDB database of the view (bytes; one database per "
+        "table partition an instance holds, standbys included; faust's default is 2 GiB each). "
+        'docs/usage-api.md "Memory bounds".',
+    )
+    rocksdb_write_buffer_bytes: int = Field(
+        default=2 * 1024 * 1024,
+        ge=64 * 1024,
+        description="Size of one memtable (write buffer) of each RocksDB database of the view "
+        "(bytes; faust's default is 64 MiB).",
+    )
+    rocksdb_max_write_buffers: int = Field(
+        default=2,
+        ge=2,
+        description="Memtables each RocksDB database of the view may hold at once, the one "
+        "being filled and those being flushed (faust's default is 3).",
+    )
 
 
 class IngestSettings(BaseModel):

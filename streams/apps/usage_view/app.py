@@ -43,7 +43,7 @@ import logging
 import time
 import weakref
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import SimpleNamespace
@@ -87,6 +87,40 @@ PROBLEM_JSON = "application/problem+json"
 
 
 @dataclass(frozen=True)
+class RocksDBBounds:
+    """The memory one RocksDB database of the view may use (docs/usage-api.md "Memory
+    bounds"). faust opens one database per table partition an instance holds (standby
+    copies included), each with its own block cache and memtables, so an instance's
+    bound is ``tables * partitions held * (block_cache_bytes + write_buffer_bytes *
+    max_write_buffers)`` (:meth:`per_database_bytes`). faust's defaults are a 2 GiB
+    block cache and 3 memtables of 64 MiB per database.
+
+    * ``block_cache_bytes`` — LRU cache of uncompressed blocks read (bytes, default 4 MiB);
+    * ``write_buffer_bytes`` — one memtable (bytes, default 2 MiB);
+    * ``max_write_buffers`` — memtables held at once (default 2: one filling, one
+      flushing).
+    """
+
+    block_cache_bytes: int = 4 * 1024 * 1024
+    write_buffer_bytes: int = 2 * 1024 * 1024
+    max_write_buffers: int = 2
+
+    def per_database_bytes(self) -> int:
+        """The most one database's cache and memtables hold (bytes)."""
+        return self.block_cache_bytes + self.write_buffer_bytes * self.max_write_buffers
+
+    def table_options(self) -> dict[str, int]:
+        """faust's RocksDB ``Table(options=…)`` (``faust.stores.rocksdb.RocksDBOptions``)."""
+        return {
+            "block_cache_size": self.block_cache_bytes,
+            # the python-rocksdb driver's compressed cache (rocksdict has none)
+            "block_cache_compressed_size": self.block_cache_bytes,
+            "write_buffer_size": self.write_buffer_bytes,
+            "max_write_buffer_number": self.max_write_buffers,
+        }
+
+
+@dataclass(frozen=True)
 class ViewConfig:
     """What one view instance runs with (built from settings by :mod:`streams.bootstrap`).
 
@@ -108,7 +142,9 @@ class ViewConfig:
       linger (default 10 ms) and batch size (default 512 KiB, under the broker's
       1 MB message limit); batches are lz4-compressed;
     * ``forward_timeout_s`` — longest wait for the owner of a partition to answer a
-      forwarded request (seconds, default 2; then 504).
+      forwarded request (seconds, default 2; then 504);
+    * ``rocksdb`` — the memory bounds of each RocksDB database (:class:`RocksDBBounds`;
+      ignored by the memory store).
     """
 
     app_id: str
@@ -134,6 +170,7 @@ class ViewConfig:
     forward_timeout_s: float = 2.0
     changelog_linger_s: float = 0.010
     changelog_batch_bytes: int = 524_288
+    rocksdb: RocksDBBounds = field(default_factory=RocksDBBounds)
 
     @property
     def canonical_url(self) -> str:
@@ -224,6 +261,9 @@ def create_app(config: ViewConfig, price_books: PriceBookSource, *, keys: KeySto
             key_type=bytes,
             partitions=config.partitions,
             help=help_text,
+            # bounded caches and memtables per database (docs/usage-api.md "Memory bounds");
+            # a fresh dict per table: faust's RocksDB store pops keys from the one it gets
+            options=config.rocksdb.table_options() if config.store.startswith("rocksdb") else None,
         )
 
     customers = table("customers", "customer id → customer state (name, currency, subscriptions)")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import stat
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,14 @@ from aiokafka.partitioner import DefaultPartitioner
 from streams.apps.ingest.idempotency import Claim, MemoryIdempotency
 from streams.apps.ingest.keys import ApiKeyFile, UnknownKey
 from streams.apps.ops.focus_expected import expected_from_file
-from streams.apps.usage_view.app import ViewConfig, changelog_topics, create_app, usage_path
+from streams.apps.usage_view.app import (
+    RocksDBBounds,
+    ViewConfig,
+    changelog_topics,
+    create_app,
+    tables_of,
+    usage_path,
+)
 from streams.apps.usage_view.price_book import StaticPriceBook
 from tests.support.kafka import java_partition
 from tests.unit.test_import_rule import forbidden_imports
@@ -235,3 +243,32 @@ def test_changelogs_are_produced_in_large_lz4_batches(tmp_path: Path) -> None:
     assert conf.producer_linger == 0.010
     # a batch fits in one request, and one request in the broker's 1 MB default
     assert 16384 < conf.producer_max_batch_size <= conf.producer_max_request_size <= 1_000_000
+
+
+def test_each_rocksdb_table_opens_with_the_configured_memory_bounds(tmp_path: Path) -> None:
+    """faust's defaults are a 2 GiB block cache and 3 x 64 MiB memtables per database (one
+    database per table partition): every table of the view opens its databases with the
+    configured bounds instead, read back from a real RocksDB database (its block cache
+    capacity, and the OPTIONS file RocksDB writes)."""
+    bounds = RocksDBBounds(
+        block_cache_bytes=3 * 1024 * 1024, write_buffer_bytes=1024 * 1024, max_write_buffers=2
+    )
+    cfg = replace(config(tmp_path), store="rocksdb://", rocksdb=bounds)
+    app = create_app(cfg, StaticPriceBook(), keys=ApiKeyFile(tmp_path / "keys.json"))
+    assert bounds.per_database_bytes() == 5 * 1024 * 1024
+    for table in tables_of(app):
+        store: Any = table.data
+        db = store.rocksdb_options.open(tmp_path / f"{table.name}-probe")
+        try:
+            assert db.property_int_value("rocksdb.block-cache-capacity") == 3 * 1024 * 1024
+        finally:
+            db.close()
+        (options_file,) = (tmp_path / f"{table.name}-probe").glob("OPTIONS-*")
+        text = options_file.read_text()
+        assert "write_buffer_size=1048576" in text, table.name
+        assert "max_write_buffer_number=2" in text, table.name
+
+
+def test_the_memory_store_takes_no_rocksdb_options(tmp_path: Path) -> None:
+    app = create_app(config(tmp_path), StaticPriceBook(), keys=ApiKeyFile(tmp_path / "keys.json"))
+    assert all(not table.options for table in tables_of(app))
