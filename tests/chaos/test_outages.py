@@ -10,9 +10,10 @@
    (``LeaseUnavailable``), nothing is recorded for it; once Redis is back the same
    replay completes and finds every customer unchanged.
 4. Redis down during a close, while close-period holds its lease, half-way through
-   the customers: the lease can no longer be renewed, so after one TTL the run stops
-   before its next customer (``CloseAborted``, lease lost) having flushed the markers
-   of the customers it had committed; a rerun during the outage refuses before it
+   the customers (close-period's chunk is set to half of them): the lease can no longer
+   be renewed, so after one TTL the run stops before its next chunk of customers
+   (``CloseAborted``, lease lost) having flushed the markers of the chunk it had
+   committed; a rerun during the outage refuses before it
    writes (``LeaseUnavailable``); once Redis is back a rerun closes exactly the
    remaining customers under a higher fencing number (the first half "already
    requested"), every customer has exactly one ``close_requests`` row, and every
@@ -75,6 +76,7 @@ from confluent_kafka import Producer
 from streams import bootstrap
 from streams.adapters.lease import LeaseUnavailable
 from streams.apps.importers import KafkaUnavailable
+from streams.apps.importers import close_period as close_period_module
 from streams.apps.importers.close_period import CloseAborted, close_period
 from streams.apps.replay.report import Mode
 from streams.bootstrap import replay_period, run_close_period
@@ -308,7 +310,11 @@ def _close_requests(p: Pipeline, period: str) -> dict[str, int]:
 
 @pytest.mark.timeout(300 + 2 * OUTAGE_S)
 def test_redis_down_during_a_close(
-    settings: Settings, pipeline: Pipeline, chaos_seed: int, rerun: str
+    settings: Settings,
+    pipeline: Pipeline,
+    chaos_seed: int,
+    rerun: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     p = pipeline
     w = generate_workload(chaos_seed, p.unique, rerun, customers=14, events_per_customer=5)
@@ -316,6 +322,9 @@ def test_redis_down_during_a_close(
     period = w.periods[0]
     customers = sorted(w.customers)
     half = len(customers) // 2
+    # close-period records its requests a chunk at a time: a chunk of half the customers,
+    # so the outage falls between the two chunks
+    monkeypatch.setattr(close_period_module, "CLOSE_BATCH", half)
     with shared_service_fault(settings) as stack:
         began = time.monotonic()
         hook = _StopAfterMarkers(

@@ -167,6 +167,42 @@ class FenceStoreContract:
         with harness.tx() as conn:
             assert fences.lease_fence_floor(conn, lease) == 5
 
+    def test_close_requests_of_a_chunk_are_recorded_once_in_one_statement(
+        self, harness: StoreHarness
+    ) -> None:
+        """``request_closes``: new customers inserted, an earlier run's rows returned as
+        stored (its time and fencing number), an older holder refused with nothing written."""
+        lease = unique("close-period")
+        fences = harness.stores.fences
+        earlier, new_a, new_b = unique("c"), unique("c"), unique("c")
+        with harness.tx() as conn:
+            first = fences.request_close(
+                conn, LeaseFence(lease, 2, "closer-a"), earlier, PERIOD, unique("marker")
+            )
+        requests = [(earlier, unique("marker")), (new_a, unique("marker")), (new_b, unique("m"))]
+        with harness.tx() as conn:
+            got = fences.request_closes(conn, LeaseFence(lease, 3, "closer-b"), PERIOD, requests)
+        assert sorted(got) == sorted([earlier, new_a, new_b])
+        assert not got[earlier].new and got[new_a].new and got[new_b].new
+        assert (got[earlier].requested_at, got[earlier].lease_fencing_token) == (
+            first.requested_at,
+            2,
+        )
+        assert {got[new_a].lease_fencing_token, got[new_b].lease_fencing_token} == {3}
+        with harness.tx() as conn:  # a rerun: every row already there, nothing new
+            again = fences.request_closes(conn, LeaseFence(lease, 3, "closer-b"), PERIOD, requests)
+        assert not any(r.new for r in again.values())
+        assert again[new_a].requested_at == got[new_a].requested_at
+        late = unique("c")
+        with pytest.raises(LeaseFenced), harness.tx() as conn:  # the older holder
+            fences.request_closes(
+                conn, LeaseFence(lease, 2, "closer-a"), PERIOD, [(late, unique("marker"))]
+            )
+        with harness.tx() as conn:
+            assert fences.request_closes(
+                conn, LeaseFence(lease, 3, "closer-b"), PERIOD, [(late, unique("marker"))]
+            )[late].new
+
     def test_a_close_request_is_recorded_once_under_the_lease_fence(
         self, harness: StoreHarness
     ) -> None:

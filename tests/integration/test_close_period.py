@@ -29,6 +29,7 @@ from typer.testing import CliRunner
 from streams import bootstrap
 from streams.adapters.kafka import ensure_topics
 from streams.adapters.lease import DEFAULT_KEY_PREFIX, Lease, LeaseBusy, LeaseUnavailable
+from streams.apps.importers import close_period as close_period_module
 from streams.apps.importers.close_period import CloseAborted, close_period, lease_name_for
 from streams.apps.importers.focus_import import import_focus
 from streams.core.domain.codec import decode
@@ -324,7 +325,11 @@ def test_a_lease_lost_part_way_aborts_the_run(
     redis_conn: redis.Redis,
     pg: psycopg.Connection[TupleRow],
     unique: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """Chunks of 2 customers: the lease is stolen at the first chunk's first marker; that
+    chunk was committed, so both its markers go out, and the run stops before the next."""
+    monkeypatch.setattr(close_period_module, "CLOSE_BATCH", 2)
     topic = topic_of(prefixed)
     customers = [f"lost-{unique}-{i}" for i in range(3)]
     for i, customer in enumerate(customers):
@@ -339,15 +344,17 @@ def test_a_lease_lost_part_way_aborts_the_run(
     assert thief.noticed, "the renewal thread never declared the stolen lease lost"
     partial = aborted.value.summary
     assert partial.customers == tuple(customers)
-    assert (partial.newly_requested, partial.markers_produced) == (1, 1)
+    assert (partial.newly_requested, partial.markers_produced) == (2, 2)
     assert "lost" in str(aborted.value)
 
-    # A rerun continues: the first customer is already requested, the others are new.
+    # A rerun continues: the first chunk is already requested, the last customer is new.
     summary = close_period(
         "2024-09", prefixed, producer=producer, redis_conn=redis_conn, pool=pool,
         scan_consumer=scan_consumer_of(prefixed),
         lease_ttl_s=5, progress=False,
     )  # fmt: skip
-    assert (summary.newly_requested, summary.already_requested) == (2, 1)
-    found = markers(drain(prefixed.kafka, topic, expected=4))
-    assert sorted(e.data.customer_id for _m, e in found) == sorted([customers[0], *customers])
+    assert (summary.newly_requested, summary.already_requested) == (1, 2)
+    found = markers(drain(prefixed.kafka, topic, expected=5))
+    assert sorted(e.data.customer_id for _m, e in found) == sorted(
+        [customers[0], customers[1], *customers]
+    )

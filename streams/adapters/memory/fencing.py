@@ -40,6 +40,7 @@ from streams.core.billing.fencing import (
     LeaseFenced,
     LeaseStoreError,
 )
+from streams.errors import InvoicingError
 
 __all__ = [
     "check",
@@ -48,6 +49,7 @@ __all__ = [
     "claim",
     "lease_fence_floor",
     "request_close",
+    "request_closes",
     "reset_group",
 ]
 
@@ -195,3 +197,43 @@ def request_close(
             )
     assert row is not None  # inserted, or found by the conflict
     return CloseRequest(new, row.requested_at, row.lease_fencing_token)
+
+
+def request_closes(
+    conn: MemoryConnection,
+    fence: LeaseFence,
+    billing_period: str,
+    requests: Sequence[tuple[str, str]],
+) -> dict[str, CloseRequest]:
+    """:func:`request_close` of many customers under one fence check (see
+    :func:`streams.core.billing.fencing.request_closes`).
+
+    Raises:
+        LeaseFenced: a newer holder of the lease exists.
+        InvoicingError: an event id is already another customer's row.
+    """
+    check_lease_fence(conn, fence.lease_name, fence.fencing_token, fence.holder)
+    found: dict[str, CloseRequest] = {}
+    with conn.statement("fences.request_closes") as stmt:
+        check_period(stmt, CLOSE_REQUESTS, billing_period)
+        table = stmt.table(CLOSE_REQUESTS)
+        before = dict(table)
+        taken = {r.event_id for r in before.values()}
+        for customer_id, event_id in requests:
+            key = (customer_id, billing_period)
+            row: CloseRequestRow | None = before.get(key)
+            if row is not None:
+                found[customer_id] = CloseRequest(False, row.requested_at, row.lease_fencing_token)
+            elif event_id not in taken:
+                table[key] = CloseRequestRow(
+                    customer_id, billing_period, event_id, fence.fencing_token, stmt.now
+                )
+                taken.add(event_id)
+                found[customer_id] = CloseRequest(True, stmt.now, fence.fencing_token)
+    missing = [customer for customer, _ in requests if customer not in found]
+    if missing:
+        raise InvoicingError(
+            f"close requests of {billing_period} not recorded for {len(missing)} customer(s) "
+            f"(first: {missing[0]}): their marker event ids are already another row's"
+        )
+    return found

@@ -46,12 +46,14 @@ Steps, in this order:
 
    Records that do not decode are counted (the workers dead-letter them) and do
    not close anyone's period.
-3. **Per customer**, in customer id order: :meth:`Lease.ensure_held` (a lost
-   lease stops the run), then one database transaction that checks the fence
-   (:func:`~streams.core.billing.fencing.request_close`) and inserts
-   ``close_requests(customer_id, billing_period, event_id, lease_fencing_token,
-   requested_at)`` ``ON CONFLICT DO NOTHING``; commit; then the marker is
-   produced. A customer whose row already existed counts as *already
+3. **Per chunk of customers** (:data:`CLOSE_BATCH`, 500), in customer id order:
+   :meth:`Lease.ensure_held` (a lost lease stops the run), then one database
+   transaction that checks the fence once
+   (:func:`~streams.core.billing.fencing.request_closes`) and inserts every
+   customer's ``close_requests(customer_id, billing_period, event_id,
+   lease_fencing_token, requested_at)`` ``ON CONFLICT DO NOTHING`` in one
+   statement; commit; then the chunk's markers are produced. (One transaction
+   per customer made the close's database cost a commit per customer.) A customer whose row already existed counts as *already
    requested*, and its marker is produced again (the first run may have
    crashed between commit and delivery) with the stored ``requested_at`` as
    ``closed_at`` and the stored fencing number, so every resend carries the
@@ -59,7 +61,7 @@ Steps, in this order:
 4. **Flush** and check every delivery report; a failed delivery is in the
    summary (CLI exit 1), and a rerun resends.
 
-A lease lost or fenced part-way (during the scan or between customers) raises
+A lease lost or fenced part-way (during the scan or between chunks) raises
 :class:`CloseAborted` (CLI exit 5) after the markers of the customers already
 committed are flushed; a rerun continues where it stopped (earlier customers
 are "already requested"). A lease that ends after the last customer's write
@@ -80,7 +82,7 @@ import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any, Protocol
 
 import redis
@@ -136,6 +138,9 @@ __all__ = [
 
 #: CloudEvents ``source`` of the markers.
 SOURCE = "/jobs/close-period"
+
+#: Customers whose close requests one transaction records (step 3 of the module doc).
+CLOSE_BATCH = 500
 
 #: How far before the period's start the topic scan begins (see the module doc).
 DEFAULT_SCAN_MARGIN = timedelta(days=7)
@@ -433,15 +438,15 @@ def _customers_in_db(pool: ConnectionPool, period: str, topic: str, scan: _Scan)
     return found
 
 
-def _request_close(
-    pool: ConnectionPool, lease: Lease, customer: str, period: str, event_id: str
-) -> tuple[bool, datetime, int]:
-    """One transaction: fence check, then the close_requests row. Returns (new, at, token)."""
+def _request_closes(
+    pool: ConnectionPool, lease: Lease, period: str, event_ids: dict[str, str]
+) -> dict[str, fencing.CloseRequest]:
+    """One transaction: the lease fence check, then the close_requests rows of a chunk of
+    customers (customer → marker event id). Returns customer → the stored request."""
     with pool.connection() as conn, conn.transaction():
-        request = fencing.request_close(
-            conn, fencing.LeaseFence.of(lease), customer, period, event_id
+        return fencing.request_closes(
+            conn, fencing.LeaseFence.of(lease), period, list(event_ids.items())
         )
-    return request.new, request.requested_at, request.lease_fencing_token
 
 
 def close_period(
@@ -583,22 +588,27 @@ def _run(
             lease.fencing_token,
         )
         task = bar.add_task(f"close {text}", total=len(customers)) if bar else None
-        for customer in customers:
+        for first in range(0, len(customers), CLOSE_BATCH):
+            chunk = customers[first : first + CLOSE_BATCH]
             lease.ensure_held()
-            event_id = close_marker_id(customer, text)
-            new, requested_at, token = _request_close(pool, lease, customer, text, event_id)
-            new_count += new
-            marker_ids[customer] = event_id
-            data = BillingPeriodClosed(
-                customer_id=customer,
-                billing_period=text,
-                closed_at=requested_at,
-                lease_fencing_token=token,
-            )
-            envelope = Envelope.wrap(data, id=event_id, source=SOURCE, time=requested_at)
-            tracker.produce(producer, topic, encode(envelope), envelope, None)
+            event_ids = {customer: close_marker_id(customer, text) for customer in chunk}
+            requested = _request_closes(pool, lease, text, event_ids)
+            for customer in chunk:  # committed: now their markers
+                request = requested[customer]
+                new_count += request.new
+                marker_ids[customer] = event_ids[customer]
+                data = BillingPeriodClosed(
+                    customer_id=customer,
+                    billing_period=text,
+                    closed_at=request.requested_at,
+                    lease_fencing_token=request.lease_fencing_token,
+                )
+                envelope = Envelope.wrap(
+                    data, id=event_ids[customer], source=SOURCE, time=request.requested_at
+                )
+                tracker.produce(producer, topic, encode(envelope), envelope, None)
             if bar is not None and task is not None:
-                bar.advance(task)
+                bar.advance(task, len(chunk))
     except (LeaseLost, LeaseFenced) as exc:
         tracker.flush(producer, FLUSH_TIMEOUT_S)
         raise CloseAborted(

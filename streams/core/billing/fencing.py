@@ -102,6 +102,7 @@ __all__ = [
     "claim",
     "lease_fence_floor",
     "request_close",
+    "request_closes",
     "reset_group",
 ]
 
@@ -454,3 +455,80 @@ def request_close(
             ).fetchone()
     assert row is not None  # inserted, or found by the conflict
     return CloseRequest(new, row.requested_at, int(row.lease_fencing_token))
+
+
+@dataclass(frozen=True)
+class _BatchRequested:
+    customer_id: str
+    new: bool
+    requested_at: datetime
+    lease_fencing_token: int
+
+
+def request_closes(
+    conn: psycopg.Connection[Any],
+    fence: LeaseFence,
+    billing_period: str,
+    requests: Sequence[tuple[str, str]],
+) -> dict[str, CloseRequest]:
+    """:func:`request_close` for many customers at once, inside the caller's transaction:
+    one lease fence check, then one statement that inserts every ``(customer id, event
+    id)`` of ``requests`` not requested yet (``ON CONFLICT DO NOTHING``) and returns, per
+    customer, the row as stored (the inserted one, or the one an earlier run stored).
+    Customer ids must be distinct.
+
+    Returns:
+        customer id → :class:`CloseRequest`, one per request.
+
+    Raises:
+        LeaseFenced: a newer holder of the close-period lease exists.
+        InvoicingError: a request's event id is already another customer's row (nothing
+            can be stored for it; an integrity problem, never retried).
+        LeaseStoreError, psycopg.Error: the database failed.
+    """
+    fence.check(conn)
+    if not requests:
+        return {}
+    customers = [customer for customer, _ in requests]
+    event_ids = [event_id for _, event_id in requests]
+    with conn.cursor(row_factory=class_row(_BatchRequested)) as cur:
+        # The main query's snapshot predates the CTE's insert: the join on close_requests
+        # finds exactly the rows an earlier run stored.
+        rows = cur.execute(
+            """
+            WITH wanted AS (
+                SELECT * FROM unnest(%(customers)s::text[], %(event_ids)s::text[])
+                    AS w (customer_id, event_id)
+            ), inserted AS (
+                INSERT INTO close_requests (customer_id, billing_period, event_id, lease_fencing_token)
+                SELECT customer_id, %(period)s, event_id, %(token)s FROM wanted
+                ON CONFLICT DO NOTHING
+                RETURNING customer_id, requested_at, lease_fencing_token
+            )
+            SELECT w.customer_id, i.customer_id IS NOT NULL AS new,
+                   coalesce(i.requested_at, c.requested_at) AS requested_at,
+                   coalesce(i.lease_fencing_token, c.lease_fencing_token) AS lease_fencing_token
+              FROM wanted w
+              LEFT JOIN inserted i ON i.customer_id = w.customer_id
+              LEFT JOIN close_requests c
+                ON c.customer_id = w.customer_id AND c.billing_period = %(period)s
+            """,
+            {
+                "customers": customers,
+                "event_ids": event_ids,
+                "period": billing_period,
+                "token": fence.fencing_token,
+            },
+        ).fetchall()
+    found = {
+        row.customer_id: CloseRequest(row.new, row.requested_at, int(row.lease_fencing_token))
+        for row in rows
+        if row.requested_at is not None
+    }
+    missing = [customer for customer in customers if customer not in found]
+    if missing:  # an event id taken by another customer's row: an integrity problem
+        raise InvoicingError(
+            f"close requests of {billing_period} not recorded for {len(missing)} customer(s) "
+            f"(first: {missing[0]}): their marker event ids are already another row's"
+        )
+    return found

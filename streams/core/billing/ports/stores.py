@@ -255,6 +255,13 @@ class FenceStore(Protocol[C]):
         billing_period: str,
         event_id: str,
     ) -> CloseRequest: ...
+    def request_closes(
+        self,
+        conn: C,
+        fence: LeaseFence,
+        billing_period: str,
+        requests: Sequence[tuple[str, str]],
+    ) -> dict[str, CloseRequest]: ...
 
 
 class DeadLetterSink(Protocol):
