@@ -23,13 +23,10 @@ from statistics import median
 from typing import Any
 
 import psycopg
-from psycopg import sql
 
-from benchmarks.measure import run_cli
 from benchmarks.product import (
-    drop_database,
-    invoicing_command,
     issue_invoice,
+    migrated_database,
     new_unique,
     prepare_fencing,
 )
@@ -79,50 +76,43 @@ def main() -> None:
     args = parser.parse_args()
     print(f"load average at start: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f}")
     settings = Settings()
-    database = f"inv_{new_unique()}_lines"
-    with psycopg.connect(settings.postgres.dsn("provisioner"), autocommit=True) as conn:
-        conn.execute(
-            sql.SQL("CREATE DATABASE {} OWNER {}").format(
-                sql.Identifier(database), sql.Identifier(settings.postgres.owner.user)
-            )
-        )
     product = invoices.insert_lines
     try:
-        run_cli(
-            [*invoicing_command(), "db", "migrate"],
-            {"INVOICING_POSTGRES__DATABASE": database},
-            cwd=Path.cwd(),
-            timeout_s=300,
-        )
-        print(
-            f"{'lines':>6} {'COPY inv/s':>11} {'executemany inv/s':>18} {'ratio':>6} {'COPY lines/s':>13}"
-        )
-        with psycopg.connect(settings.postgres.dsn("owner", database=database)) as conn:
-            for n in (int(x) for x in args.lines.split(",")):
-                fixture = prepare_fencing(
-                    conn, count=2 * args.invoices * args.blocks, lines=n, unique=new_unique()
-                )
-                drafts = iter(fixture.drafts)
-                rates: dict[str, list[float]] = {"copy": [], "executemany": []}
-                for _ in range(args.blocks):
-                    spent = {"copy": 0.0, "executemany": 0.0}
-                    for i in range(args.invoices):
-                        order = ("copy", "executemany") if i % 2 == 0 else ("executemany", "copy")
-                        for way in order:
-                            invoices.insert_lines = product if way == "copy" else executemany_lines
-                            t0 = time.perf_counter()
-                            issue_invoice(conn, next(drafts), fixture.token, fixture.invoices_topic)
-                            spent[way] += time.perf_counter() - t0
-                    for way in spent:
-                        rates[way].append(args.invoices / spent[way])
-                copy_rate, many_rate = median(rates["copy"]), median(rates["executemany"])
-                print(
-                    f"{n:>6} {copy_rate:>11.1f} {many_rate:>18.1f} {copy_rate / many_rate:>6.2f}"
-                    f" {copy_rate * n:>13,.0f}"
-                )
+        with migrated_database(settings, "lines", Path.cwd()) as database:
+            print(
+                f"{'lines':>6} {'COPY inv/s':>11} {'executemany inv/s':>18} {'ratio':>6} {'COPY lines/s':>13}"
+            )
+            with psycopg.connect(settings.postgres.dsn("owner", database=database)) as conn:
+                for n in (int(x) for x in args.lines.split(",")):
+                    fixture = prepare_fencing(
+                        conn, count=2 * args.invoices * args.blocks, lines=n, unique=new_unique()
+                    )
+                    drafts = iter(fixture.drafts)
+                    rates: dict[str, list[float]] = {"copy": [], "executemany": []}
+                    for _ in range(args.blocks):
+                        spent = {"copy": 0.0, "executemany": 0.0}
+                        for i in range(args.invoices):
+                            order = (
+                                ("copy", "executemany") if i % 2 == 0 else ("executemany", "copy")
+                            )
+                            for way in order:
+                                invoices.insert_lines = (
+                                    product if way == "copy" else executemany_lines
+                                )
+                                t0 = time.perf_counter()
+                                issue_invoice(
+                                    conn, next(drafts), fixture.token, fixture.invoices_topic
+                                )
+                                spent[way] += time.perf_counter() - t0
+                        for way in spent:
+                            rates[way].append(args.invoices / spent[way])
+                    copy_rate, many_rate = median(rates["copy"]), median(rates["executemany"])
+                    print(
+                        f"{n:>6} {copy_rate:>11.1f} {many_rate:>18.1f} {copy_rate / many_rate:>6.2f}"
+                        f" {copy_rate * n:>13,.0f}"
+                    )
     finally:
         invoices.insert_lines = product
-        drop_database(settings.postgres, database)
 
 
 if __name__ == "__main__":

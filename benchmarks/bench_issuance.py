@@ -35,13 +35,10 @@ from statistics import median
 from typing import Any
 
 import psycopg
-from psycopg import sql
 
-from benchmarks.measure import run_cli
 from benchmarks.product import (
-    drop_database,
-    invoicing_command,
     issue_invoice,
+    migrated_database,
     new_unique,
     prepare_fencing,
 )
@@ -206,20 +203,7 @@ def main() -> None:
         + ("  (above 1.0: not a measurement)" if load[0] > 1.0 else "")
     )
     settings = Settings()
-    database = f"inv_{new_unique()}_issuance"
-    with psycopg.connect(settings.postgres.dsn("provisioner"), autocommit=True) as conn:
-        conn.execute(
-            sql.SQL("CREATE DATABASE {} OWNER {}").format(
-                sql.Identifier(database), sql.Identifier(settings.postgres.owner.user)
-            )
-        )
-    try:
-        run_cli(
-            [*invoicing_command(), "db", "migrate"],
-            {"INVOICING_POSTGRES__DATABASE": database},
-            cwd=Path.cwd(),
-            timeout_s=300,
-        )
+    with migrated_database(settings, "issuance", Path.cwd()) as database:
         dsn = settings.postgres.dsn("owner", database=database)
         if args.fencing:
             print(
@@ -267,8 +251,6 @@ def main() -> None:
                 f"{n:>6} {args.threads:>7} {last:>18.1f} {first:>19.1f} {last / first:>6.2f}"
                 f" {serial:>15.1f} {serial_first:>16.1f}"
             )
-    finally:
-        drop_database(settings.postgres, database)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,9 @@ from pathlib import Path
 from typing import Any, cast
 
 import psycopg
+from psycopg import sql
 
+from benchmarks.measure import run_cli
 from streams.adapters.kafka import consumer_config, producer_config
 from streams.adapters.memory.tax import InMemoryTaxService
 from streams.apps.invoicing.jobs import EVENT_SOURCE
@@ -57,6 +59,7 @@ __all__ = [
     "issue_invoice",
     "kafka_consumer_config",
     "kafka_producer_config",
+    "migrated_database",
     "prepare_fencing",
     "sandbox",
     "usage_record",
@@ -168,6 +171,30 @@ class FencingFixture:
 
 #: Drop a sandbox database as the provisioner (its sessions ended first).
 drop_database = _drop_database
+
+
+@contextlib.contextmanager
+def migrated_database(settings: Settings, suffix: str, cwd: Path) -> Iterator[str]:
+    """A database of its own for a micro-benchmark: created by the provisioner and owned
+    by the owner (docs/roles.md, as every sandbox), migrated by ``invoicing db migrate``
+    (run in ``cwd``), dropped at the end. Yields its name (``inv_<unique>_<suffix>``)."""
+    database = f"inv_{new_unique()}_{suffix}"
+    with psycopg.connect(settings.postgres.dsn("provisioner"), autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("CREATE DATABASE {} OWNER {}").format(
+                sql.Identifier(database), sql.Identifier(settings.postgres.owner.user)
+            )
+        )
+    try:
+        run_cli(
+            [*invoicing_command(), "db", "migrate"],
+            {"INVOICING_POSTGRES__DATABASE": database},
+            cwd=cwd,
+            timeout_s=300,
+        )
+        yield database
+    finally:
+        drop_database(settings.postgres, database)
 
 
 def prepare_fencing(

@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from psycopg import sql
 from rich.console import Console
 
 from benchmarks import baselines, kafka_tools, load
@@ -47,9 +46,9 @@ from benchmarks.measure import (
 from benchmarks.product import (
     Pipeline,
     Settings,
-    drop_database,
     invoicing_command,
     issue_invoice,
+    migrated_database,
     new_unique,
     prepare_fencing,
     sandbox,
@@ -786,66 +785,50 @@ def _focus(ctx: Context, p: Pipeline, cwd: Path, sizes: MainSizes) -> None:
 def _fencing(ctx: Context, sizes: FencingSizes) -> None:
     bset, report = ctx.bset, ctx.report
     settings = ctx.settings
-    database = f"inv_{new_unique()}_fence"
-    # Created by the provisioner, owned by the owner (docs/roles.md), as every sandbox.
-    with psycopg.connect(settings.postgres.dsn("provisioner"), autocommit=True) as conn:
-        conn.execute(
-            sql.SQL("CREATE DATABASE {} OWNER {}").format(
-                sql.Identifier(database), sql.Identifier(settings.postgres.owner.user)
+    with (
+        migrated_database(settings, "fence", ctx.out_dir) as database,
+        psycopg.connect(settings.postgres.dsn("owner", database=database)) as conn,
+    ):
+        for lines in sizes.lines:
+            count = max(20, min(sizes.invoices, 20_000 // max(1, lines)))
+            blocks = 2 * (bset.warmup + bset.repeats)
+            fixture = prepare_fencing(conn, count=count * blocks, lines=lines, unique=new_unique())
+            drafts = iter(fixture.drafts)
+            fenced: list[float] = []
+            unfenced: list[float] = []
+            for b in range(bset.warmup + bset.repeats):
+                # one block = `count` pairs, each pair one fenced and one unfenced
+                # issuance in alternating order, so drift and neighbours' load hit both
+                spent = {True: 0.0, False: 0.0}
+                for i in range(count):
+                    for with_fence in (True, False) if i % 2 == 0 else (False, True):
+                        token = fixture.token if with_fence else None
+                        t0 = time.perf_counter()
+                        issue_invoice(conn, next(drafts), token, fixture.invoices_topic)
+                        spent[with_fence] += time.perf_counter() - t0
+                if b >= bset.warmup:
+                    fenced.append(count / spent[True])
+                    unfenced.append(count / spent[False])
+            ctx.issuance_rates[lines] = median(fenced)
+            report.details.setdefault("fencing", {})[str(lines)] = {
+                "invoices_per_block": count,
+                "fenced": fenced,
+                "unfenced": unfenced,
+            }
+            report.add(
+                Row(
+                    "fencing",
+                    f"issuance txn with fence check ({lines} lines/invoice)",
+                    median(fenced),
+                    "inv/s",
+                    "same transaction without the check",
+                    median(unfenced),
+                    "inv/s",
+                    "rate",
+                    "≥ 0.97",
+                    f"{count} invoices each way per block, fenced and unfenced interleaved one by one, median of {bset.repeats} blocks",
+                )
             )
-        )
-    try:
-        run_cli(
-            [*invoicing_command(), "db", "migrate"],
-            {"INVOICING_POSTGRES__DATABASE": database},
-            cwd=ctx.out_dir,
-            timeout_s=300,
-        )
-        with psycopg.connect(settings.postgres.dsn("owner", database=database)) as conn:
-            for lines in sizes.lines:
-                count = max(20, min(sizes.invoices, 20_000 // max(1, lines)))
-                blocks = 2 * (bset.warmup + bset.repeats)
-                fixture = prepare_fencing(
-                    conn, count=count * blocks, lines=lines, unique=new_unique()
-                )
-                drafts = iter(fixture.drafts)
-                fenced: list[float] = []
-                unfenced: list[float] = []
-                for b in range(bset.warmup + bset.repeats):
-                    # one block = `count` pairs, each pair one fenced and one unfenced
-                    # issuance in alternating order, so drift and neighbours' load hit both
-                    spent = {True: 0.0, False: 0.0}
-                    for i in range(count):
-                        for with_fence in (True, False) if i % 2 == 0 else (False, True):
-                            token = fixture.token if with_fence else None
-                            t0 = time.perf_counter()
-                            issue_invoice(conn, next(drafts), token, fixture.invoices_topic)
-                            spent[with_fence] += time.perf_counter() - t0
-                    if b >= bset.warmup:
-                        fenced.append(count / spent[True])
-                        unfenced.append(count / spent[False])
-                ctx.issuance_rates[lines] = median(fenced)
-                report.details.setdefault("fencing", {})[str(lines)] = {
-                    "invoices_per_block": count,
-                    "fenced": fenced,
-                    "unfenced": unfenced,
-                }
-                report.add(
-                    Row(
-                        "fencing",
-                        f"issuance txn with fence check ({lines} lines/invoice)",
-                        median(fenced),
-                        "inv/s",
-                        "same transaction without the check",
-                        median(unfenced),
-                        "inv/s",
-                        "rate",
-                        "≥ 0.97",
-                        f"{count} invoices each way per block, fenced and unfenced interleaved one by one, median of {bset.repeats} blocks",
-                    )
-                )
-    finally:
-        drop_database(settings.postgres, database)
 
 
 # --------------------------------------------------------------------------- latency

@@ -131,17 +131,22 @@ class InvoiceStoreContract:
 
     # ------------------------------------------------------------------ fence folded in
 
+    def owners(self, harness: StoreHarness) -> tuple[FencingToken, FencingToken]:
+        """An old and a new owner of one partition of a fresh group; the old one claimed."""
+        g = unique("g")
+        old = FencingToken(g, "billing.account-events.v1", 3, 5, "member-a")
+        new = FencingToken(g, "billing.account-events.v1", 3, 6, "member-b")
+        with harness.tx() as conn:
+            harness.stores.fences.claim(conn, old)
+        return old, new
+
     def test_an_insert_with_its_fence_writes_only_under_the_current_token(
         self, harness: StoreHarness
     ) -> None:
         """``checked``: the fence check folded into the invoice's insert; a stale token
         is refused (Fenced) and nothing is written, a current one writes."""
         inv, fences = harness.stores.invoices, harness.stores.fences
-        g = unique("g")
-        old = FencingToken(g, "billing.account-events.v1", 3, 5, "member-a")
-        new = FencingToken(g, "billing.account-events.v1", 3, 6, "member-b")
-        with harness.tx() as conn:
-            fences.claim(conn, old)
+        old, new = self.owners(harness)
         first, second = draft(unique("c")), draft(unique("c"))
         with harness.tx() as conn:
             assert inv.insert_invoice(
@@ -170,11 +175,7 @@ class InvoiceStoreContract:
         """The folded check locks the fence row as the separate check does: a new owner's
         claim waits until the writer's transaction ends."""
         inv, fences = harness.stores.invoices, harness.stores.fences
-        g = unique("g")
-        old = FencingToken(g, "billing.account-events.v1", 3, 5, "member-a")
-        new = FencingToken(g, "billing.account-events.v1", 3, 6, "member-b")
-        with harness.tx() as conn:
-            fences.claim(conn, old)
+        old, new = self.owners(harness)
         claimed = threading.Event()
         errors: list[BaseException] = []
 

@@ -183,20 +183,7 @@ def request_close(
         LeaseFenced: a newer holder of the lease exists.
         LeaseStoreError: the database failed.
     """
-    check_lease_fence(conn, fence.lease_name, fence.fencing_token, fence.holder)
-    with conn.statement("fences.request_close") as stmt:
-        check_period(stmt, CLOSE_REQUESTS, billing_period)
-        table = stmt.table(CLOSE_REQUESTS)
-        key = (customer_id, billing_period)
-        row: CloseRequestRow | None = table.get(key)
-        taken = any(r.event_id == event_id for r in table.values())
-        new = row is None and not taken
-        if new:
-            row = table[key] = CloseRequestRow(
-                customer_id, billing_period, event_id, fence.fencing_token, stmt.now
-            )
-    assert row is not None  # inserted, or found by the conflict
-    return CloseRequest(new, row.requested_at, row.lease_fencing_token)
+    return request_closes(conn, fence, billing_period, [(customer_id, event_id)])[customer_id]
 
 
 def request_closes(

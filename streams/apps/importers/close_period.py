@@ -52,12 +52,12 @@ Steps, in this order:
    (:func:`~streams.core.billing.fencing.request_closes`) and inserts every
    customer's ``close_requests(customer_id, billing_period, event_id,
    lease_fencing_token, requested_at)`` ``ON CONFLICT DO NOTHING`` in one
-   statement; commit; then the chunk's markers are produced. (One transaction
-   per customer made the close's database cost a commit per customer.) A customer whose row already existed counts as *already
-   requested*, and its marker is produced again (the first run may have
-   crashed between commit and delivery) with the stored ``requested_at`` as
-   ``closed_at`` and the stored fencing number, so every resend carries the
-   same data under the same id.
+   statement; commit; then the chunk's markers are produced (a transaction per
+   customer cost a commit per customer). A customer whose row already existed
+   counts as *already requested*, and its marker is produced again (the first
+   run may have crashed between commit and delivery) with the stored
+   ``requested_at`` as ``closed_at`` and the stored fencing number, so every
+   resend carries the same data under the same id.
 4. **Flush** and check every delivery report; a failed delivery is in the
    summary (CLI exit 1), and a rerun resends.
 

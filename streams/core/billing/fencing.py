@@ -415,12 +415,6 @@ class CloseRequest:
     lease_fencing_token: int
 
 
-@dataclass(frozen=True)
-class _Requested:
-    requested_at: datetime
-    lease_fencing_token: int
-
-
 def request_close(
     conn: psycopg.Connection[Any],
     fence: LeaseFence,
@@ -429,32 +423,15 @@ def request_close(
     event_id: str,
 ) -> CloseRequest:
     """Inside the caller's transaction: the lease fence check, then the customer's
-    ``close_requests`` row (``ON CONFLICT DO NOTHING``; the stored row when it exists).
+    ``close_requests`` row (``ON CONFLICT DO NOTHING``; the stored row when it exists):
+    :func:`request_closes` of one customer.
 
     Raises:
         LeaseFenced: a newer holder of the close-period lease exists.
+        InvoicingError: the event id is already another customer's row.
         LeaseStoreError, psycopg.Error: the database failed.
     """
-    fence.check(conn)
-    with conn.cursor(row_factory=class_row(_Requested)) as cur:
-        row = cur.execute(
-            """
-            INSERT INTO close_requests (customer_id, billing_period, event_id, lease_fencing_token)
-            VALUES (%s, %s, %s, %s)
-            ON CONFLICT DO NOTHING
-            RETURNING requested_at, lease_fencing_token
-            """,
-            (customer_id, billing_period, event_id, fence.fencing_token),
-        ).fetchone()
-        new = row is not None
-        if row is None:
-            row = cur.execute(
-                "SELECT requested_at, lease_fencing_token FROM close_requests "
-                "WHERE customer_id = %s AND billing_period = %s",
-                (customer_id, billing_period),
-            ).fetchone()
-    assert row is not None  # inserted, or found by the conflict
-    return CloseRequest(new, row.requested_at, int(row.lease_fencing_token))
+    return request_closes(conn, fence, billing_period, [(customer_id, event_id)])[customer_id]
 
 
 @dataclass(frozen=True)

@@ -118,8 +118,8 @@ def number_invoice(conn: psycopg.Connection[Any], invoice_id: str, billing_perio
     """Number the invoice of ``billing_period`` (``YYYY-MM``) this transaction inserted under
     :func:`pending_number`: the next number of the period's ``INV-<period>`` series
     (:func:`invoice_number`'s format), in one statement (``number_invoice(uuid, text)``,
-    migration 0025). The counter row stays
-    locked until the commit, so call it last, just before the commit.
+    migration 0025). The counter row stays locked until the commit, so call it last,
+    just before the commit.
 
     Returns:
         The number, e.g. ``INV-2024-09-000042``.
