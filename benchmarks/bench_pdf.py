@@ -6,7 +6,9 @@ most ``PDF_MAX_LINES`` laid out) and prints, per N, the best of ``--repeat`` run
 PDF, the HTML alone (Jinja2, the same template), milliseconds per line above the same
 run's 1-line document (WeasyPrint's fixed cost of a page, fonts and file), and the same
 document with **every** line laid out (the same run's baseline: what the PDF cost before
-it was bounded). Run it alone on a quiet machine; it prints the load average at the start.
+it was bounded), and the same bounded PDF laid out from the HTML with the style sheet
+inlined and a new font configuration per render (the same run's baseline of the parsed
+sheet that :func:`~streams.adapters.documents.pdf.render_pdf` keeps per thread). Run it alone on a quiet machine; it prints the load average at the start.
 """
 
 from __future__ import annotations
@@ -63,6 +65,14 @@ def every_line_pdf(doc: Document) -> bytes:
     return bytes(HTML(string=render("document.html.j2", doc=doc, lines_file=None)).write_pdf())
 
 
+def inlined_sheet_pdf(doc: Document) -> bytes:
+    """The baseline of the parsed sheet: the bounded PDF's HTML with its ``<style>``
+    inlined, parsed again by WeasyPrint, fontconfig set up again (the renderer before)."""
+    from weasyprint import HTML
+
+    return bytes(HTML(string=render_document_html(doc)).write_pdf())
+
+
 def best(fn: object, repeat: int) -> float:
     assert callable(fn)
     times = []
@@ -84,7 +94,7 @@ def main() -> None:
     base = best(lambda: render_pdf(document(1)), args.repeat)
     print(
         f"{'lines':>6} {'pdf s':>8} {'html s':>8} {'ms/line above 1 line':>21} {'bytes':>9}"
-        f" {'every line s':>13} {'ratio':>6}"
+        f" {'every line s':>13} {'ratio':>6} {'inlined sheet s':>16} {'ratio':>6}"
     )
     print(f"{1:>6} {base:>8.3f} {'':>8} {'(1-line baseline)':>21}")
     for n in sizes:
@@ -94,9 +104,10 @@ def main() -> None:
         size = len(render_pdf(doc))
         per_line = (pdf_s - base) * 1000 / max(1, n - 1)
         full_s = best(lambda doc=doc: every_line_pdf(doc), args.repeat)
+        inlined_s = best(lambda doc=doc: inlined_sheet_pdf(doc), args.repeat)
         print(
             f"{n:>6} {pdf_s:>8.3f} {html_s:>8.3f} {per_line:>21.2f} {size:>9}"
-            f" {full_s:>13.3f} {pdf_s / full_s:>6.3f}"
+            f" {full_s:>13.3f} {pdf_s / full_s:>6.3f} {inlined_s:>16.3f} {pdf_s / inlined_s:>6.3f}"
         )
 
 

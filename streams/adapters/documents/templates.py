@@ -73,5 +73,7 @@ def stylesheet() -> str:
 
 
 def render(name: str, **context: Any) -> str:
-    """Template ``name`` rendered with ``context`` (and ``css``, the style sheet)."""
-    return environment().get_template(name).render(css=stylesheet(), **context)
+    """Template ``name`` rendered with ``context`` (and ``css``, the style sheet, unless
+    ``context`` names its own)."""
+    context.setdefault("css", stylesheet())
+    return environment().get_template(name).render(**context)

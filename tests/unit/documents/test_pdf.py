@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import shutil
 import subprocess
+import threading
 from decimal import Decimal
 from pathlib import Path
 
@@ -51,6 +52,26 @@ def test_the_same_document_is_the_same_bytes() -> None:
     assert first == again
     other = render_pdf(dataclasses.replace(doc, revision=2))
     assert other != first  # and the bytes do depend on the document
+
+
+def test_the_parsed_style_sheet_gives_the_bytes_of_the_inlined_one() -> None:
+    """The renderer passes a parsed copy of the style sheet, one per thread; the PDF is the
+    one WeasyPrint lays out from the HTML with the sheet inlined, in any thread."""
+    from weasyprint import HTML
+
+    doc = samples.invoice()
+    inlined = HTML(string=render_document_html(doc)).write_pdf()
+    assert "<style>" in render_document_html(doc)
+    assert "<style>" not in render_document_html(doc, inline_css=False)
+    unstyled = HTML(string=render_document_html(doc, inline_css=False)).write_pdf()
+    assert unstyled != inlined  # the sheet matters, so equal bytes below mean it was applied
+    assert render_pdf(doc) == inlined
+    assert render_pdf(doc) == inlined  # the thread's second use of the parsed copy
+    found: list[bytes] = []
+    other = threading.Thread(target=lambda: found.append(render_pdf(doc)))
+    other.start()
+    other.join(60)
+    assert found == [inlined]
 
 
 def test_the_pdf_reads_back_number_lines_totals_and_tax(tmp_path: Path) -> None:
