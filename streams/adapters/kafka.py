@@ -365,7 +365,9 @@ def group_metadata(consumer: HasGroupMetadata) -> GroupMetadata:
 
 
 def record_of(msg: Message) -> Record:
-    """Convert a consumed (non-error) ``Message``.
+    """Convert a consumed (non-error) ``Message``. Its headers are the consumer's own list
+    when every value is bytes (not copied: nothing mutates a record's headers), else a
+    copy with text encoded as UTF-8 and None as b"".
 
     Raises:
         KafkaAdapterError: the message carries an error or no coordinates.
@@ -374,19 +376,36 @@ def record_of(msg: Message) -> Record:
     if msg.error() is not None or topic is None or partition is None or offset is None:
         raise KafkaAdapterError(f"not a consumed record: {msg.error()}")
     raw_headers = msg.headers() or []
-    pairs = raw_headers.items() if isinstance(raw_headers, dict) else raw_headers
-    headers = [
-        (name, value.encode() if isinstance(value, str) else (value or b""))
-        for name, value in pairs
-    ]
+    # checked below: a list whose values are all bytes
+    headers: list[tuple[str, bytes]] = raw_headers  # type: ignore[assignment]
+    if raw_headers.__class__ is not list:
+        headers = _plain_headers(raw_headers)
+    else:
+        # the consumer's own list (bytes values) is kept as it is: copying every record's
+        # headers was most of this function's cost (docs/benchmarks.md, "Batch-first hot
+        # paths"); a None or text value makes the copy
+        for pair in raw_headers:
+            if pair[1].__class__ is not bytes:
+                headers = _plain_headers(raw_headers)
+                break
     key, value = msg.key(), msg.value()
     ts_type, ts = msg.timestamp()
     return Record(
-        topic=topic,
-        partition=partition,
-        offset=offset,
-        key=key.encode() if isinstance(key, str) else key,
-        value=value.encode() if isinstance(value, str) else value,
-        headers=headers,
-        timestamp_ms=ts if ts_type else None,
+        topic,
+        partition,
+        offset,
+        key.encode() if isinstance(key, str) else key,
+        value.encode() if isinstance(value, str) else value,
+        headers,
+        ts if ts_type else None,
     )
+
+
+def _plain_headers(raw: Any) -> list[tuple[str, bytes]]:
+    """``raw`` (a list of pairs or a dict, values bytes, text or None) as a new list of
+    ``(name, bytes)``; None becomes b""."""
+    pairs = raw.items() if isinstance(raw, dict) else raw
+    return [
+        (name, value.encode() if isinstance(value, str) else (value or b""))
+        for name, value in pairs
+    ]
