@@ -382,8 +382,8 @@ def record_of(msg: Message) -> Record:
         headers = _plain_headers(raw_headers)
     else:
         # the consumer's own list (bytes values) is kept as it is: copying every record's
-        # headers was most of this function's cost (docs/benchmarks.md, "Batch-first hot
-        # paths"); a None or text value makes the copy
+        # headers was most of this function's cost (docs/benchmarks.md, "Ingest: `record_of`
+        # without the header copy"); a None or text value makes the copy
         for pair in raw_headers:
             if pair[1].__class__ is not bytes:
                 headers = _plain_headers(raw_headers)

@@ -20,8 +20,8 @@ the email sender and the portal must render the same bytes.
 render; the style sheet is the same for every document, so each thread keeps one parsed
 :class:`weasyprint.CSS` and one ``FontConfiguration`` (WeasyPrint's documented way to share
 them: ``write_pdf(stylesheets=…, font_config=…)``) and the PDF's HTML carries no
-``<style>``. Same bytes as with the inlined sheet (a unit test compares them); about a fifth
-less time per PDF (docs/benchmarks.md, "PDF"). Per thread, because the portal renders in
+``<style>``. Same bytes as with the inlined sheet (a unit test compares them); about 0.84 of
+the time per PDF (docs/benchmarks.md, "PDF"). Per thread, because the portal renders in
 its executor's threads and a font configuration holds Pango/fontconfig objects.
 
 Errors: :class:`PdfError` when the document cannot be laid out (a bug of the template or
