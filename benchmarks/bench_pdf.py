@@ -8,7 +8,8 @@ run's 1-line document (WeasyPrint's fixed cost of a page, fonts and file), and t
 document with **every** line laid out (the same run's baseline: what the PDF cost before
 it was bounded), and the same bounded PDF laid out from the HTML with the style sheet
 inlined and a new font configuration per render (the same run's baseline of the parsed
-sheet that :func:`~streams.adapters.documents.pdf.render_pdf` keeps per thread). Run it alone on a quiet machine; it prints the load average at the start.
+sheet that :func:`~streams.adapters.documents.pdf.render_pdf` keeps per thread). Run it
+alone on a quiet machine; it prints the load average at the start.
 """
 
 from __future__ import annotations

@@ -527,7 +527,7 @@ def wait_settled(
         timeout_s,
         detail=lambda: (
             f"progress {progress(pipeline, workload)}\n{outbox_path(pipeline)}\n"
-            f"{quiet_logs(pipeline)}"
+            f"{pipeline.worker_logs()}"
         ),
     )
     kafka = pipeline.settings.kafka
@@ -992,27 +992,6 @@ def shared_service_fault(settings: Settings) -> Iterator[Stack]:
         yield stack
     finally:
         restore_stack(settings)
-
-
-#: librdkafka's line for a refused connection, repeated every second while a broker is down.
-_REFUSED = re.compile(r"^%\d\|[\d.]+\|FAIL\|.*(Connection refused|Disconnected|Connect to)")
-
-
-def quiet_logs(pipeline: Pipeline) -> str:
-    """:meth:`Pipeline.worker_logs` with the email senders first and librdkafka's
-    connection-refused lines (one a second during a broker outage) counted, not printed, so
-    a timeout shows what the workers did rather than the outage's noise."""
-    parts = []
-    for worker in sorted(pipeline.workers.processes, key=lambda w: not w.name.startswith("email")):
-        text = worker.log.read_text(errors="replace") if worker.log.exists() else ""
-        kept = [line for line in text.splitlines() if not _REFUSED.match(line)]
-        noise = text.count("\n") - len(kept)
-        body = "\n".join(kept)[-5000:]
-        parts.append(
-            f"----- {worker.name} (exit {worker.process.poll()}; {noise} librdkafka "
-            f"connection lines left out) -----\n{body}"
-        )
-    return "\n".join(parts)
 
 
 def outbox_path(pipeline: Pipeline) -> str:

@@ -18,6 +18,7 @@ plants) rows that no runtime role may touch.
 from __future__ import annotations
 
 import contextlib
+import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -43,6 +44,11 @@ from streams.devtools.stack.fake_tax import FakeTaxProcess, running_fake_tax
 from streams.devtools.stack.tls import smtp_sink_tls, tls_files
 from streams.settings import KafkaSettings, PostgresSettings, RoleName, Settings
 from streams.topics import ACCOUNT_EVENTS
+
+#: librdkafka's log line for a refused or dropped connection (``%3|<time>|FAIL|…``).
+_CONNECTION_NOISE = re.compile(
+    r"^%\d\|[\d.]+\|FAIL\|.*(Connection refused|Disconnected|Connect to)"
+)
 
 
 @dataclass
@@ -70,12 +76,18 @@ class Pipeline:
         return ACCOUNT_EVENTS.with_prefix(self.settings.kafka.topic_prefix).name
 
     def worker_logs(self) -> str:
-        """The last 6,000 characters of every worker's log, with its name and exit code."""
+        """The last 6,000 characters of every worker's log, with its name and exit code,
+        the email senders first. librdkafka's connection lines (one a second per client
+        while a broker is down) are counted, not printed, so that a failure after an
+        outage shows what the workers did rather than the outage's noise."""
         parts = []
-        for worker in self.workers.processes:
+        for worker in sorted(self.workers.processes, key=lambda w: not w.name.startswith("email")):
             text = worker.log.read_text(errors="replace") if worker.log.exists() else ""
+            kept = [line for line in text.splitlines() if not _CONNECTION_NOISE.match(line)]
+            noise = len(text.splitlines()) - len(kept)
             parts.append(
-                f"----- {worker.name} (exit {worker.process.poll()}) -----\n{text[-6000:]}"
+                f"----- {worker.name} (exit {worker.process.poll()}; {noise} librdkafka "
+                f"connection lines left out) -----\n" + "\n".join(kept)[-6000:]
             )
         return "\n".join(parts)
 
