@@ -196,6 +196,18 @@ class UsageViewSettings(BaseModel):
         description="Largest changelog producer batch (bytes; keep it under the broker's "
         "1 MB message limit).",
     )
+    batch_max_records: int = Field(
+        default=2_000,
+        gt=0,
+        description="Most source records the view applies as one batch, writing each "
+        'changed table key once (docs/usage-api.md "Throughput").',
+    )
+    batch_wait_s: float = Field(
+        default=0.100,
+        gt=0,
+        description="Longest wait to fill a batch (seconds): what an idle view adds to "
+        "an answer's freshness.",
+    )
     rocksdb_block_cache_bytes: int = Field(
         default=4 * 1024 * 1024,
         ge=64 * 1024,

@@ -25,8 +25,12 @@ HTTP (faust's aiohttp web server on ``--port``; faust's own ``/table`` and
   the customer to (``tests/unit/usage_view/test_partitioning.py`` pins it).
 * ``GET /metrics`` — Prometheus; ``GET /health`` — 200 once the app runs.
 
+Records are applied a batch at a time (``take_events``; :class:`Batch`): each changed
+key is written once per batch, to the changelog partition of the record that changed
+it last (docs/usage-api.md, "Throughput").
+
 Tables (values in :mod:`streams.apps.usage_view.state`): ``customers``, ``periods``,
-``event_ids``. Memory: the store is ``memory://`` (default) or ``rocksdb://``
+``event_ids``, ``usage_days``. Memory: the store is ``memory://`` (default) or ``rocksdb://``
 (``rocksdict``); a timer drops periods closed longer than the retention (and
 their event ids), writing tombstones to the right changelog partitions so a
 restarted instance does not bring them back (docs/decisions/0098-usage-view-state.md).
@@ -42,12 +46,13 @@ import contextlib
 import logging
 import time
 import weakref
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import quote
 
 import aiohttp
@@ -141,6 +146,9 @@ class ViewConfig:
     * ``changelog_linger_s``/``changelog_batch_bytes`` — the changelog producer's
       linger (default 10 ms) and batch size (default 512 KiB, under the broker's
       1 MB message limit); batches are lz4-compressed;
+    * ``batch_max_records``/``batch_wait_s`` — source records applied as one batch: at
+      most this many (default 2,000), or what arrived within this wait (seconds,
+      default 0.1: what an idle view adds to an answer's freshness);
     * ``forward_timeout_s`` — longest wait for the owner of a partition to answer a
       forwarded request (seconds, default 2; then 504);
     * ``rocksdb`` — the memory bounds of each RocksDB database (:class:`RocksDBBounds`;
@@ -170,6 +178,8 @@ class ViewConfig:
     forward_timeout_s: float = 2.0
     changelog_linger_s: float = 0.010
     changelog_batch_bytes: int = 524_288
+    batch_max_records: int = 2_000
+    batch_wait_s: float = 0.100
     rocksdb: RocksDBBounds = field(default_factory=RocksDBBounds)
 
     @property
@@ -273,14 +283,20 @@ def create_app(config: ViewConfig, price_books: PriceBookSource, *, keys: KeySto
     next_offsets: dict[int, int] = {}
 
     def handle(
-        key: bytes | None, value: bytes | None, headers: Any, partition: int, offset: int
-    ) -> None:
+        batch: Batch,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Any,
+        partition: int,
+        offset: int,
+    ) -> tuple[str, str]:
+        """Apply one record to ``batch``; returns its ``(event type, outcome)``."""
         try:
             envelope = decode(key, value, headers, allowed=_ACCOUNT_MODELS)
         except InvalidEvent as exc:
             customer_id = usable_customer_id(key)
             change = state.refused(
-                customers.get(customer_id.encode()) if customer_id else None,
+                batch.get(customers, customer_id.encode(), partition) if customer_id else None,
                 customer_id,
                 partition,
                 str(exc),
@@ -294,13 +310,13 @@ def create_app(config: ViewConfig, price_books: PriceBookSource, *, keys: KeySto
                 exc,
             )
             if change.customer is not None and customer_id is not None:
-                customers[customer_id.encode()] = change.customer
-            metrics.VIEW_RECORDS.labels("unknown", change.outcome.value).inc()
-            return
+                batch.put(customers, customer_id.encode(), change.customer, partition)
+            return "unknown", change.outcome.value
         book, _ = price_books.current()
         if isinstance(envelope.data, UsageMetered) and book.metric(envelope.data.metric) is None:
             # a book published a moment ago may define it: look now (rare: once per such event)
             book, _ = price_books.current(refresh=True)
+        customer_key = envelope.subject.encode()
         period_name = state.event_period(envelope.data)
         key_of_period = state.period_key(envelope.subject, period_name) if period_name else None
         day_key = state.usage_day_key(envelope.subject, envelope.data)
@@ -309,18 +325,20 @@ def create_app(config: ViewConfig, price_books: PriceBookSource, *, keys: KeySto
                 envelope,
                 partition=partition,
                 offset=offset,
-                customer=customers.get(envelope.subject.encode()),
-                period=periods.get(key_of_period.encode()) if key_of_period else None,
-                seen=event_ids.get(envelope.id.encode()),
+                customer=batch.get(customers, customer_key, partition),
+                period=batch.get(periods, key_of_period.encode(), partition)
+                if key_of_period
+                else None,
+                seen=batch.get(event_ids, envelope.id.encode(), partition),
                 book=book,
                 now=datetime.now(UTC),
-                day=usage_days.get(day_key.encode()) if day_key else None,
+                day=batch.get(usage_days, day_key.encode(), partition) if day_key else None,
             )
         except (DomainError, RatingError) as exc:
             # Valid by the contract, but not aggregatable (e.g. the stored usage is of
             # another shape): counted and noted like an unreadable record.
             change = state.refused(
-                customers.get(envelope.subject.encode()),
+                batch.get(customers, customer_key, partition),
                 envelope.subject,
                 partition,
                 f"{type(exc).__name__}: {exc}",
@@ -332,42 +350,66 @@ def create_app(config: ViewConfig, price_books: PriceBookSource, *, keys: KeySto
                 offset,
                 exc,
             )
-        # periods and event ids first, the customer last (any order is safe: see state)
         if change.day is not None and change.day_key is not None:
-            usage_days[change.day_key.encode()] = change.day
+            batch.put(usage_days, change.day_key.encode(), change.day, partition)
         if change.period is not None and change.period_key is not None:
-            periods[change.period_key.encode()] = change.period
+            batch.put(periods, change.period_key.encode(), change.period, partition)
         if change.event_id_value is not None and change.event_id is not None:
-            event_ids[change.event_id.encode()] = change.event_id_value
+            batch.put(event_ids, change.event_id.encode(), change.event_id_value, partition)
         if change.customer is not None:
-            customers[envelope.subject.encode()] = change.customer
+            batch.put(customers, customer_key, change.customer, partition)
         if change.outcome is state.Outcome.CONFLICT:
             log.warning("usage view: %s", change.detail)
-        metrics.VIEW_RECORDS.labels(envelope.type, change.outcome.value).inc()
+        return envelope.type, change.outcome.value
+
+    def apply_batch(records: list[SourceRecord]) -> Counter[tuple[str, str]]:
+        """Apply ``records`` (in order) and write each changed key once; no ``await``
+        between the first read and the last write, so no rebalance or timer runs in
+        between (docs/usage-api.md, "Throughput")."""
+        batch = Batch()
+        outcomes: Counter[tuple[str, str]] = Counter()
+        for record in records:
+            try:
+                outcomes[handle(batch, *record)] += 1
+            except Exception:
+                log.critical(
+                    "usage view: crashed on %s[%d]@%d",
+                    config.source_topic,
+                    record.partition,
+                    record.offset,
+                    exc_info=True,
+                )
+                raise
+        for name, count in batch.write().items():
+            metrics.VIEW_KEYS_WRITTEN.labels(name).inc(count)
+        metrics.VIEW_BATCH_RECORDS.observe(len(records))
+        return outcomes
 
     @app.agent(source, name="account-events")
     async def account_events(stream: Any) -> None:
-        async for event in stream.events():
-            message = event.message
+        # A batch at a time: faust acknowledges a batch's events only after this body
+        # has applied them and queued their changelog records, and flushes the producer
+        # before it commits their offsets (faust's Consumer._commit_offsets).
+        async for events in stream.take_events(config.batch_max_records, config.batch_wait_s):
+            records = current_records(events, app.consumer_generation_id)
+            if not records:
+                continue
             try:
-                handle(
-                    message.key, message.value, message.headers, message.partition, message.offset
-                )
+                outcomes = apply_batch(records)
             except Exception as exc:
                 # A bug, not bad input (bad input is refused above): stop the instance
-                # loudly rather than skip the record; its partitions move to another
-                # instance, which retries from the last committed offset.
-                log.critical(
-                    "usage view: crashed on %s[%d]@%d",
-                    message.topic,
-                    message.partition,
-                    message.offset,
-                    exc_info=True,
-                )
+                # loudly rather than skip the records; its partitions move to another
+                # instance, which retries from the last committed offset (apply_batch
+                # logged the record).
                 await app.crash(exc)
                 raise
-            next_offsets[message.partition] = message.offset + 1
-            metrics.VIEW_LAST_APPLIED.labels(str(message.partition)).set(time.time())
+            for (event_type, outcome), count in outcomes.items():
+                metrics.VIEW_RECORDS.labels(event_type, outcome).inc(count)
+            applied_at = time.time()
+            for record in records:
+                next_offsets[record.partition] = record.offset + 1
+            for partition in {record.partition for record in records}:
+                metrics.VIEW_LAST_APPLIED.labels(str(partition)).set(applied_at)
 
     async def report_lag() -> None:
         owned = {tp for tp in app.consumer.assignment() if tp.topic == config.source_topic}
@@ -562,6 +604,89 @@ def changelog_topics(config: ViewConfig) -> tuple[TopicSpec, ...]:
 def tables_of(app: faust.App) -> tuple[Any, ...]:
     """``(customers, periods, event_ids, usage_days)`` of a view app."""
     return tuple(app.tables[name] for name in TABLES)
+
+
+class SourceRecord(NamedTuple):
+    """One source record as the view applies it."""
+
+    key: bytes | None
+    value: bytes | None
+    headers: Any
+    partition: int
+    offset: int
+
+
+def current_records(events: Any, generation: int) -> list[SourceRecord]:
+    """The records of ``events`` (faust events of one ``take_events`` batch) fetched in
+    the consumer group's current ``generation``; the others are marked acknowledged
+    without being applied, so faust neither applies them nor commits past them.
+
+    Why: ``take_events`` holds a batch while it fills, and a rebalance in that time
+    seeks every assigned partition back to its committed offset, so the records
+    fetched before it come again after the ones held. Applied, the held records would
+    make the earlier ones of the same partition look redelivered (a value's
+    ``last_offset`` is past them) and lose them, and for a partition that moved they
+    would be a second writer of its changelog. faust's own per-event stream skips such
+    records the same way (``Stream._c_aiter`` compares ``generation_id``).
+    """
+    records: list[SourceRecord] = []
+    for event in events:
+        message = event.message
+        if message.generation_id != generation:
+            message.acked = True  # faust's Consumer.ack then leaves its offsets alone
+            continue
+        records.append(
+            SourceRecord(
+                message.key, message.value, message.headers, message.partition, message.offset
+            )
+        )
+    return records
+
+
+class Batch:
+    """The table values one batch of records reads and writes: a read goes to the
+    table once per key (under the record's partition, which picks the RocksDB
+    database), later reads and every write stay here, and :meth:`write` sends each
+    changed key once, to the changelog partition of the record that changed it last.
+
+    Values are never edited in place (:func:`streams.apps.usage_view.state.apply` is
+    pure), so a value read or written earlier in the batch is the next record's input
+    as is.
+    """
+
+    __slots__ = ("_changed", "_read")
+
+    def __init__(self) -> None:
+        self._read: dict[tuple[int, bytes], Any] = {}
+        self._changed: dict[tuple[int, bytes], tuple[Any, bytes, Any, int]] = {}
+
+    def get(self, table: Any, key: bytes, partition: int) -> Any:
+        """The value of ``key`` in ``table`` as the batch has it so far (``None``: absent)."""
+        slot = (id(table), key)
+        changed = self._changed.get(slot)
+        if changed is not None:
+            return changed[2]
+        if slot in self._read:
+            return self._read[slot]
+        with on_partition(partition):
+            value = table.get(key)
+        self._read[slot] = value
+        return value
+
+    def put(self, table: Any, key: bytes, value: Any, partition: int) -> None:
+        """Set ``key`` of ``table`` to ``value``, written by :meth:`write`."""
+        self._changed[(id(table), key)] = (table, key, value, partition)
+
+    def write(self) -> dict[str, int]:
+        """Send every changed key to its changelog and local store, once each, in the
+        order first changed; returns the keys written per table name."""
+        written: Counter[str] = Counter()
+        for table, key, value, partition in self._changed.values():
+            _put(table, key, value, partition)
+            written[table.name] += 1
+        self._changed.clear()
+        self._read.clear()
+        return dict(written)
 
 
 def expire(

@@ -47,3 +47,13 @@ VIEW_REQUEST_SECONDS = Histogram(
     "Time to answer a usage request on the owner (rating included)",
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
 )
+VIEW_BATCH_RECORDS = Histogram(
+    "invoicing_usage_view_batch_records",
+    "Source records applied per batch (each changed table key is written once per batch)",
+    buckets=(1, 5, 10, 50, 100, 250, 500, 1000, 2000, 5000),
+)
+VIEW_KEYS_WRITTEN = Counter(
+    "invoicing_usage_view_keys_written_total",
+    "Table keys written to the changelog by the view's batches, per table",
+    ["table"],
+)
