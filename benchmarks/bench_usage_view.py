@@ -27,6 +27,8 @@ import argparse
 import asyncio
 import json
 import statistics
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -372,6 +374,49 @@ def bench_memory(p: Pipeline, workdir: Path, args: argparse.Namespace) -> None:
     print(
         f"  produced in {produce_s:.1f} s; consumed by the view in {consumed_s:.1f} s ({total / consumed_s:,.0f} records/s)"
     )
+    if args.floor:
+        # the same run's baseline: faust alone reading the same records (its own group)
+        print("  faust floor (the same records, a consumer group of its own):")
+        for batch in (1_000, 0):
+            floor = _faust_floor(p, target, batch)
+            how = f"take_events({batch})" if batch else "one event at a time"
+            print(
+                f"    faust app counting only, {how}: {floor['records_per_s']:,.0f} records/s "
+                f"(view/floor {total / consumed_s / floor['records_per_s']:.3f})",
+                flush=True,
+            )
+
+
+def _faust_floor(p: Pipeline, records: int, batch: int) -> dict[str, float]:
+    """Run :mod:`benchmarks.faust_floor` on the sandbox's topic; its JSON result."""
+    with tempfile.NamedTemporaryFile(suffix=".json") as result:
+        _run_floor(p, records, batch, result.name)
+        parsed: dict[str, float] = json.loads(Path(result.name).read_text(encoding="utf-8"))
+        return parsed
+
+
+def _run_floor(p: Pipeline, records: int, batch: int, out: str) -> None:
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.faust_floor",
+            "--brokers",
+            p.settings.kafka.bootstrap_servers,
+            "--topic",
+            p.topic,
+            "--records",
+            str(records),
+            "--batch",
+            str(batch),
+            "--out",
+            out,
+        ],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,  # faust's worker draws a spinner there
+        timeout=600,
+        check=True,
+    )
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> None:
@@ -402,6 +447,11 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
         default=str(ROOT / "examples" / "pricing" / "price-book.yaml"),
         help="the view's price book file, which defines the scenario's metrics (''"
         ": the published book, empty here, so every metered event names an unknown metric)",
+    )
+    memory.add_argument(
+        "--floor",
+        action="store_true",
+        help="then the same run's baseline: a faust app that only counts the same records",
     )
     args = parser.parse_args(argv)
     unique = "v" + uuid.uuid4().hex[:8]
