@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import signal
 import statistics
 import subprocess
 import sys
@@ -464,5 +465,12 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
         )
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 if __name__ == "__main__":
+    # SIGTERM (e.g. from `timeout`) unwinds like Ctrl-C, so the sandbox stops its view and
+    # edge processes, which run in sessions of their own and would outlive the benchmark
+    signal.signal(signal.SIGTERM, _interrupt)
     main()
