@@ -12,7 +12,7 @@ from typing import Any
 import faust
 import pytest
 
-from streams.apps.usage_view.app import Batch, SourceRecord, current_records, on_partition
+from streams.apps.usage_view.batch import Batch, SourceRecord, current_records, on_partition
 
 
 def _table(tmp_path: Path, name: str, sent: list[tuple[str, int, bytes, Any]]) -> Any:

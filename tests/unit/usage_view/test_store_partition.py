@@ -1,5 +1,5 @@
 """``on_partition`` against the installed faust's RocksDB store (the retention's writes:
-streams/apps/usage_view/app.py). No broker: only the local store is written."""
+streams/apps/usage_view/batch.py). No broker: only the local store is written."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 import faust
 import pytest
 
-from streams.apps.usage_view.app import on_partition
+from streams.apps.usage_view.batch import on_partition
 
 
 def _table(tmp_path: Path) -> Any:
