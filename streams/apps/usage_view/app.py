@@ -73,10 +73,10 @@ from streams.apps.usage_view.access import (
 )
 from streams.apps.usage_view.batch import Batch, SourceRecord, current_records, put_key
 from streams.apps.usage_view.preview import preview
-from streams.apps.usage_view.price_book import PriceBookSource
+from streams.apps.usage_view.price_book import PriceBookSource, refresh_for_metrics
 from streams.core.domain.codec import decode
 from streams.core.domain.errors import DomainError, InvalidEvent
-from streams.core.domain.events import CustomerId, UsageMetered, event_models
+from streams.core.domain.events import CustomerId, Envelope, UsageMetered, event_models
 from streams.core.domain.http import Problem
 from streams.core.domain.periods import BillingPeriod
 from streams.core.domain.rating import RatingError
@@ -201,6 +201,15 @@ def problem(
     )
 
 
+def metered_metrics(envelopes: list[Envelope | InvalidEvent]) -> set[str]:
+    """The metric codes of the ``usage.metered`` events among ``envelopes``."""
+    return {
+        envelope.data.metric
+        for envelope in envelopes
+        if isinstance(envelope, Envelope) and isinstance(envelope.data, UsageMetered)
+    }
+
+
 def usable_customer_id(key: bytes | None) -> str | None:
     """The record key as a customer id, when it is one (else ``None``)."""
     if key is None:
@@ -280,18 +289,21 @@ def create_app(config: ViewConfig, price_books: PriceBookSource, *, keys: KeySto
     usage_days = table("usage_days", "customer|period|day → that day's metered aggregates")
     next_offsets: dict[int, int] = {}
 
-    def handle(
-        batch: Batch,
-        key: bytes | None,
-        value: bytes | None,
-        headers: Any,
-        partition: int,
-        offset: int,
-    ) -> tuple[str, str]:
-        """Apply one record to ``batch``; returns its ``(event type, outcome)``."""
+    def decoded(record: SourceRecord) -> Envelope | InvalidEvent:
+        """``record`` decoded, or why it does not decode."""
         try:
-            envelope = decode(key, value, headers, allowed=_ACCOUNT_MODELS)
+            return decode(record.key, record.value, record.headers, allowed=_ACCOUNT_MODELS)
         except InvalidEvent as exc:
+            return exc
+
+    def handle(
+        batch: Batch, record: SourceRecord, envelope: Envelope | InvalidEvent
+    ) -> tuple[str, str]:
+        """Apply ``record`` (decoded as ``envelope``) to ``batch``; returns its
+        ``(event type, outcome)``."""
+        key, partition, offset = record.key, record.partition, record.offset
+        if isinstance(envelope, InvalidEvent):
+            exc = envelope
             customer_id = usable_customer_id(key)
             change = state.refused(
                 batch.get(customers, customer_id.encode(), partition) if customer_id else None,
@@ -310,10 +322,8 @@ def create_app(config: ViewConfig, price_books: PriceBookSource, *, keys: KeySto
             if change.customer is not None and customer_id is not None:
                 batch.put(customers, customer_id.encode(), change.customer, partition)
             return "unknown", change.outcome.value
+        # a metric this book lacks was looked up before the batch (refresh_for_metrics)
         book, _ = price_books.current()
-        if isinstance(envelope.data, UsageMetered) and book.metric(envelope.data.metric) is None:
-            # a book published a moment ago may define it: look now (rare: once per such event)
-            book, _ = price_books.current(refresh=True)
         customer_key = envelope.subject.encode()
         period_name = state.event_period(envelope.data)
         key_of_period = state.period_key(envelope.subject, period_name) if period_name else None
@@ -360,15 +370,17 @@ def create_app(config: ViewConfig, price_books: PriceBookSource, *, keys: KeySto
             log.warning("usage view: %s", change.detail)
         return envelope.type, change.outcome.value
 
-    def apply_batch(records: list[SourceRecord]) -> Counter[tuple[str, str]]:
-        """Apply ``records`` (in order) and write each changed key once; no ``await``
-        between the first read and the last write, so no rebalance or timer runs in
-        between (docs/usage-api.md, "Throughput")."""
+    def apply_batch(
+        records: list[SourceRecord], envelopes: list[Envelope | InvalidEvent]
+    ) -> Counter[tuple[str, str]]:
+        """Apply ``records`` (in order, decoded as ``envelopes``) and write each changed
+        key once; no ``await`` between the first read and the last write, so no
+        rebalance or timer runs in between (docs/usage-api.md, "Throughput")."""
         batch = Batch()
         outcomes: Counter[tuple[str, str]] = Counter()
-        for record in records:
+        for record, envelope in zip(records, envelopes, strict=True):
             try:
-                outcomes[handle(batch, *record)] += 1
+                outcomes[handle(batch, record, envelope)] += 1
             except Exception:
                 log.critical(
                     "usage view: crashed on %s[%d]@%d",
@@ -389,11 +401,22 @@ def create_app(config: ViewConfig, price_books: PriceBookSource, *, keys: KeySto
         # has applied them and queued their changelog records, and flushes the producer
         # before it commits their offsets (faust's Consumer._commit_offsets).
         async for events in stream.take_events(config.batch_max_records, config.batch_wait_s):
-            records = current_records(events, app.consumer_generation_id)
+            generation = app.consumer_generation_id
+            records = current_records(events, generation)
             if not records:
                 continue
+            envelopes = [decoded(record) for record in records]
+            # a book published a moment ago may define a metric this one lacks: look now,
+            # off the event loop (rare: a new metric's first events)
+            if (
+                await refresh_for_metrics(price_books, metered_metrics(envelopes))
+                and app.consumer_generation_id != generation
+            ):
+                # a rebalance came during the look: none of these records is current now
+                current_records(events, app.consumer_generation_id)
+                continue
             try:
-                outcomes = apply_batch(records)
+                outcomes = apply_batch(records, envelopes)
             except Exception as exc:
                 # A bug, not bad input (bad input is refused above): stop the instance
                 # loudly rather than skip the records; its partitions move to another

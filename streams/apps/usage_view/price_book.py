@@ -19,10 +19,11 @@ pass-through customers (the FOCUS re-billing) need none; metered usage is held a
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -42,6 +43,23 @@ class PriceBookSource(Protocol):
     published a moment ago must not leave that event aggregated as unknown)."""
 
     def current(self, *, refresh: bool = False) -> tuple[PriceBook, str]: ...
+
+
+async def refresh_for_metrics(source: PriceBookSource, metrics: Iterable[str]) -> bool:
+    """Look at ``source`` now (``current(refresh=True)``) when one of ``metrics`` (metric
+    codes of metered events about to be applied) is not in the book it holds; the look
+    runs in a thread (``asyncio.to_thread``), so the event loop goes on serving HTTP,
+    timers and faust's own tasks while the published book syncs (up to its
+    ``sync_timeout_s``, 2 s by default). Returns whether it looked.
+
+    Called before a batch is applied, never inside it: the batch applies with the book
+    held then (``current()``), so no apply waits for the broker.
+    """
+    book, _ = source.current()
+    if all(book.metric(code) is not None for code in metrics):
+        return False
+    await asyncio.to_thread(source.current, refresh=True)
+    return True
 
 
 class StaticPriceBook:

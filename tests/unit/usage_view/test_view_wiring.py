@@ -235,6 +235,53 @@ def test_published_price_book_assembles_entries_and_syncs_on_refresh() -> None:
     assert book.current()[0] == found
 
 
+def test_a_refresh_for_an_unknown_metric_leaves_the_event_loop_running() -> None:
+    """The published book syncs with the topic in a thread: while it waits (here 0.3 s),
+    other coroutines of the loop (the HTTP answers, faust's timers) go on; a batch
+    whose metrics the book defines syncs nothing."""
+    import asyncio
+    import time as clock
+    from datetime import UTC, datetime
+
+    from streams.apps.usage_view.price_book import PublishedPriceBook, refresh_for_metrics
+    from streams.core.domain.rating import load_price_book
+    from streams.core.domain.rating.published import entries_of
+
+    relay = load_price_book((ROOT / "examples" / "pricing" / "price-book.yaml").read_text())
+    known = relay.metrics[0].code
+    syncs: list[float] = []
+
+    def sync(timeout_s: float) -> bool:  # a broker that takes its time to answer
+        syncs.append(timeout_s)
+        clock.sleep(0.3)
+        return True
+
+    book = PublishedPriceBook(sync=sync, sync_every_s=0)
+    for entry in entries_of(relay, published_at=datetime(2024, 9, 1, tzinfo=UTC)):
+        book.take(entry)
+
+    async def main() -> tuple[bool, bool, int]:
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.01)
+                ticks += 1
+
+        task = asyncio.create_task(ticker())
+        await asyncio.sleep(0)
+        looked_known = await refresh_for_metrics(book, {known})
+        looked_new = await refresh_for_metrics(book, {known, "metric-published-a-moment-ago"})
+        task.cancel()
+        return looked_known, looked_new, ticks
+
+    looked_known, looked_new, ticks = asyncio.run(main())
+    assert looked_known is False and looked_new is True
+    assert len(syncs) == 1
+    assert ticks >= 10  # about 30 in 0.3 s; a sync on the loop itself would leave 0-1
+
+
 def test_changelogs_are_produced_in_large_lz4_batches(tmp_path: Path) -> None:
     conf = create_app(
         config(tmp_path), StaticPriceBook(), keys=ApiKeyFile(tmp_path / "keys.json")
