@@ -32,6 +32,7 @@ from streams.core.billing.ports import TaxService
 from streams.settings import Settings
 
 if TYPE_CHECKING:  # imported when called: the demo and the drill pull in the fake services
+    from streams.apps.email.prerender import Prerenderer
     from streams.apps.email.sender import EmailSender
     from streams.apps.invoicing.worker import InvoicingWorker
     from streams.apps.replay.report import ReplayReport
@@ -126,10 +127,12 @@ def email_sender(
     consumer: Consumer,
     producer: Producer,
     stop: threading.Event | None = None,
+    prerender: Prerenderer | None = None,
 ) -> EmailSender:
     """An email sender on ``pool`` that commits ``consumer``'s offsets, sends through
     SMTP (``settings.smtp``) and dead-letters undecodable records with ``producer`` to
-    ``billing.invoices.dlq.v1`` (prefixed).
+    ``billing.invoices.dlq.v1`` (prefixed); with ``prerender``, the PDFs of the records
+    polled next are rendered ahead in its processes (the caller closes it).
 
     Raises:
         EmailConfigurationError: invalid ``settings.smtp.from_address``.
@@ -151,6 +154,7 @@ def email_sender(
         ),
         documents=PostgresDocuments(pool),
         links=page_links(settings),
+        prerender=prerender,
     )
 
 
@@ -180,6 +184,7 @@ def run_email_sender(
         KafkaException: a fatal consumer error.
         psycopg_pool.PoolTimeout: the database did not answer at start (30 s).
     """
+    from streams.apps.email.prerender import Prerenderer
     from streams.apps.email.sender import serve
 
     require_profile(settings)
@@ -196,12 +201,19 @@ def run_email_sender(
         if the_consumer is None:
             the_consumer = make_consumer(settings.kafka, settings.worker.email_group)
             owned.callback(the_consumer.close)
+        prerender = None
+        if settings.worker.email_render_processes:
+            prerender = Prerenderer(
+                settings.worker.email_render_processes, limit=settings.worker.email_render_ahead
+            )
+            owned.callback(prerender.close)
         sender = email_sender(
             settings,
             pool=the_pool,
             consumer=the_consumer,
             producer=producer(settings),
             stop=stop_event,
+            prerender=prerender,
         )
         serve(sender, the_consumer, settings)
 

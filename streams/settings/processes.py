@@ -105,6 +105,16 @@ class WorkerSettings(BaseModel):
         description="Largest number of records the invoicing worker handles per poll: one transaction and one offset commit per poll batch (docs/decisions/0010-batch-first-ingest.md).",
     )
     max_jobs: int = Field(4, description="Invoice jobs running at once per worker process.")
+    email_render_processes: int = Field(
+        2,
+        ge=0,
+        description="Processes in which the email sender renders the PDFs of the records it polled next while it sends the one in hand (a PDF is most of an email's cost, and WeasyPrint holds the GIL); 0 renders each PDF in the sender's own process, one after another (docs/email.md, \"Rendering ahead\").",
+    )
+    email_render_ahead: int = Field(
+        8,
+        ge=1,
+        description="Most records the email sender takes in one poll and renders ahead (with `email_render_processes` > 0); a record is still claimed, sent and its offset committed one at a time, in order.",
+    )
     gc_threshold: int = Field(
         20_000,
         ge=0,

@@ -85,14 +85,15 @@ from tenacity import (
 from streams.adapters.documents.source import DocumentSource
 from streams.adapters.documents.tokens import PageLinks
 from streams.adapters.smtp import SmtpTransport
-from streams.apps.email.attachments import document_pdf, stored_pdf
-from streams.apps.email.errors import (
-    EmailConfigurationError,
-    RenderError,
-    TransientEmailError,
-)
+from streams.apps.email.attachments import DocumentFiles, document_pdf, stored_pdf
+from streams.apps.email.errors import EmailConfigurationError, RenderError, TransientEmailError
+from streams.apps.email.prerender import Prerenderer
+from streams.apps.email.records import announced, first_of_each_partition
+from streams.apps.email.records import coords as _coords
+from streams.apps.email.records import headers as _headers
 from streams.apps.email.render import (
     MESSAGE_ID_DOMAIN,
+    DocumentRef,
     document_ref,
     is_zero_total,
     render_email,
@@ -199,23 +200,6 @@ def invoices_dlq_topic(settings: Settings) -> str:
     return INVOICES_DLQ.with_prefix(settings.kafka.topic_prefix).name
 
 
-def _coords(msg: Message) -> tuple[str, int, int]:
-    """``(topic, partition, offset)`` of a consumed record (``-1`` where librdkafka has none)."""
-    partition = msg.partition()
-    offset = msg.offset()
-    return (
-        msg.topic() or "",
-        -1 if partition is None else partition,
-        -1 if offset is None else offset,
-    )
-
-
-def _headers(msg: Message) -> list[tuple[str, bytes | None]]:
-    raw = msg.headers() or []
-    pairs = list(raw.items()) if isinstance(raw, dict) else list(raw)
-    return [(name, value.encode() if isinstance(value, str) else value) for name, value in pairs]
-
-
 class EmailSender:
     """Processes records of the invoices topic into emails; owns the commit order.
 
@@ -255,6 +239,7 @@ class EmailSender:
         deliveries: Deliveries | None = None,
         documents: DocumentSource | None = None,
         links: PageLinks | None = None,
+        prerender: Prerenderer | None = None,
     ) -> None:
         try:
             Address(addr_spec=settings.smtp.from_address)
@@ -283,6 +268,7 @@ class EmailSender:
         self._dead_letters = dead_letters
         self._documents = documents
         self._links = links
+        self._prerender = prerender
         #: Longest time one record is retried before seeking back (seconds).
         self.retry_budget_s = max(1.0, settings.kafka.max_poll_interval_ms / 1000 / 4)
 
@@ -352,11 +338,7 @@ class EmailSender:
         try:
             zero = is_zero_total(data)
             # no PDF for a document that is not emailed (a zero total)
-            files = (
-                document_pdf(self._documents, ref)
-                if self._documents is not None and not zero
-                else None
-            )
+            files = self._files(ref) if not zero else None
             link = (
                 self._links.url(
                     "invoice" if isinstance(data, InvoiceIssued) else "credit_note",
@@ -388,6 +370,21 @@ class EmailSender:
         if zero:
             return self._skip(new, "zero_total", "zero_total")
         return self._deliver(new, message)
+
+    def _files(self, ref: DocumentRef) -> DocumentFiles | None:
+        """The PDF (and CSV of lines) of ``ref``'s stored document: rendered ahead when
+        the prerenderer has it, else here; None without a document source.
+
+        Raises:
+            RenderError: the document is not stored or cannot be rendered.
+        """
+        if self._documents is None:
+            return None
+        if self._prerender is not None:
+            ahead = self._prerender.take(ref)
+            if ahead is not None:
+                return ahead
+        return document_pdf(self._documents, ref)
 
     def _void(
         self, msg: Message, coords: tuple[str, int, int], event_id: str, data: InvoiceVoided
@@ -670,12 +667,19 @@ class EmailSender:
     # ------------------------------------------------------------------ loop
 
     def run(self, *, poll_timeout_s: float = 0.5, pause_s: float = 1.0) -> None:
-        """Poll and :meth:`handle` records one at a time until ``stop`` is set.
+        """Poll and :meth:`handle` records one at a time, in order, until ``stop`` is set.
+
+        With a prerenderer, the records already fetched after the first one (up to its
+        ``limit``) come in the same poll and their PDFs are rendered ahead while each is
+        handled in turn (:mod:`streams.apps.email.prerender`); the order and the commit
+        after each record are the same.
 
         The consumer must already be subscribed. A record whose processing stays
-        transiently failing is sought back to and polled again after ``pause_s``
-        (polling keeps the group membership alive meanwhile). A message-level
-        Kafka error is logged; a fatal one raises.
+        transiently failing is sought back to (with every later record of the poll, in
+        its partition and the others) and polled again after ``pause_s`` (polling keeps
+        the group membership alive meanwhile). A message-level Kafka error is logged; a
+        fatal one raises. On ``stop``, the records of the poll not handled yet are left
+        uncommitted (redelivered to the next owner).
 
         Raises:
             KafkaException: a fatal consumer error.
@@ -684,28 +688,63 @@ class EmailSender:
         consumer = self._consumer
         if consumer is None:
             raise RuntimeError("EmailSender.run needs a consumer")
-        while not self._stop.is_set():
-            msg = consumer.poll(poll_timeout_s)
-            if msg is None:
-                continue
-            err = msg.error()
-            if err is not None:
-                if err.fatal():
-                    raise KafkaException(err)
-                logger.warning("consumer error: %s", err)
-                continue
-            try:
-                self.handle(msg)
-            except TransientEmailError as exc:
-                logger.warning(
-                    "record %s/%s@%s not done, will retry: %s",
-                    msg.topic(),
-                    msg.partition(),
-                    msg.offset(),
-                    exc,
-                )
-                self._seek_back(consumer, msg)
-                self._stop.wait(pause_s)
+        try:
+            while not self._stop.is_set():
+                records = self._poll(consumer, poll_timeout_s)
+                for n, msg in enumerate(records):
+                    if self._stop.is_set():
+                        break
+                    if not self._run_one(consumer, msg):
+                        # back to the failed record, and each other partition to its
+                        # first record of this poll not handled yet
+                        for later in first_of_each_partition(records[n:]):
+                            self._seek_back(consumer, later)
+                        self._stop.wait(pause_s)
+                        break
+                if self._prerender is not None:
+                    self._prerender.discard()
+        finally:
+            if self._prerender is not None:
+                self._prerender.discard()
+
+    def _poll(self, consumer: KafkaSource, timeout_s: float) -> list[Message]:
+        """The next record, waiting up to ``timeout_s``; with a prerenderer, also those
+        already fetched behind it (no wait for more), their PDFs started."""
+        first = consumer.poll(timeout_s)
+        if first is None:
+            return []
+        if self._prerender is None or self._documents is None:
+            return [first]
+        behind = self._prerender.limit - 1
+        records = [first, *(consumer.consume(behind, 0) if behind else ())]
+        self._prerender.prepare(
+            announced(records),
+            deliveries=self._store,
+            documents=self._documents,
+            domain=self._domain,
+        )
+        return records
+
+    def _run_one(self, consumer: KafkaSource, msg: Message) -> bool:
+        """Handle ``msg``; False when it stays transiently failing (not committed)."""
+        err = msg.error()
+        if err is not None:
+            if err.fatal():
+                raise KafkaException(err)
+            logger.warning("consumer error: %s", err)
+            return True
+        try:
+            self.handle(msg)
+        except TransientEmailError as exc:
+            logger.warning(
+                "record %s/%s@%s not done, will retry: %s",
+                msg.topic(),
+                msg.partition(),
+                msg.offset(),
+                exc,
+            )
+            return False
+        return True
 
     @staticmethod
     def _seek_back(consumer: KafkaSource, msg: Message) -> None:

@@ -1,0 +1,171 @@
+"""PDFs rendered ahead, in processes, while the sender sends (docs/email.md, "Rendering
+ahead").
+
+Why: the email sender spends most of its time in WeasyPrint (a PDF per email, about
+65 ms on an idle core for the one-page PDF; docs/benchmarks.md, "The email sender at
+month end"), pure Python under the GIL, so a thread would not help and the emails of a
+month end trail the invoices by a PDF after another. A :class:`Prerenderer` keeps a small
+pool of processes (``settings.worker.email_render_processes``) and renders the PDFs of
+the records the sender polled next while it claims, sends and commits the one in hand.
+
+What does not change: the records are still handled one at a time in order, each
+claimed, sent, marked and its offset committed before the next (the sender's commit
+order); a PDF is a function of the stored document only (the same bytes in any process:
+:mod:`streams.adapters.documents.pdf`), and a stored document never changes once issued,
+so a PDF rendered ahead is the PDF the sender would have rendered. Only what the sender
+renders moves, never what it decides.
+
+Failures: a document whose PDF cannot be rendered raises the same
+:class:`~streams.apps.email.errors.RenderError` from :meth:`Prerenderer.take` as it
+would in the sender (recorded ``'skipped'``). A render process that dies (a crash of
+the native layout code, a kill) breaks the pool: :meth:`take` answers None for every
+PDF pending, the sender renders those itself as it would without a pool (so a document
+that crashes the renderer crashes the sender's own process as before, never loops in
+the pool), and the pool is started again for the next records.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+from collections.abc import Iterable
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+
+import psycopg
+from psycopg_pool import PoolTimeout
+
+from streams.adapters.documents.source import DocumentSource
+from streams.apps.email.attachments import DocumentFiles, stored_pdf
+from streams.apps.email.errors import RenderError, TransientEmailError
+from streams.apps.email.render import DocumentRef, document_ref, is_zero_total
+from streams.apps.email.store import Deliveries
+from streams.core.domain.documents import Document, DocumentKind
+from streams.core.domain.events import CreditNoteIssued, InvoiceIssued
+
+#: What looking ahead may meet; each leaves the record to the sender, which meets it
+#: again with its own retries and outcomes.
+_AHEAD_FAILURES = (RenderError, TransientEmailError, psycopg.Error, PoolTimeout)
+
+__all__ = ["Prerenderer"]
+
+logger = logging.getLogger(__name__)
+
+
+def _warm() -> None:
+    """A render process's start: load WeasyPrint and Pango once (about a second), not
+    on its first PDF."""
+    import weasyprint  # noqa: F401
+
+
+class Prerenderer:
+    """A pool of ``processes`` processes rendering the PDFs (and CSV of lines) of stored
+    documents ahead of the sender, keyed by ``document_key``; at most ``limit`` pending.
+
+    Processes are started with ``spawn`` (the sender's process holds librdkafka and
+    psycopg threads, which ``fork`` would copy mid-state).
+
+    Raises:
+        ValueError: ``processes`` < 1 or ``limit`` < 1.
+    """
+
+    def __init__(self, processes: int, *, limit: int = 16) -> None:
+        if processes < 1 or limit < 1:
+            raise ValueError(
+                f"a prerenderer needs processes >= 1 and limit >= 1, got {processes}, {limit}"
+            )
+        self._processes = processes
+        self.limit = limit
+        self._pool = self._start()
+        self._pending: dict[str, Future[DocumentFiles]] = {}
+
+    def _start(self) -> ProcessPoolExecutor:
+        return ProcessPoolExecutor(
+            self._processes, mp_context=multiprocessing.get_context("spawn"), initializer=_warm
+        )
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    def submit(self, stored: Document, ref: DocumentRef) -> bool:
+        """Start rendering ``stored``'s files (named after ``ref``), unless ``limit`` are
+        pending or this document is already; returns whether it was started."""
+        key = ref.document_key
+        if key in self._pending or len(self._pending) >= self.limit:
+            return False
+        try:
+            self._pending[key] = self._pool.submit(stored_pdf, stored, ref)
+        except BrokenProcessPool:  # broke since the last take: render in the sender
+            self._restart()
+            return False
+        return True
+
+    def prepare(
+        self,
+        announced: Iterable[InvoiceIssued | CreditNoteIssued],
+        *,
+        deliveries: Deliveries,
+        documents: DocumentSource,
+        domain: str,
+    ) -> int:
+        """Start rendering the PDFs of the ``announced`` documents (the events of the
+        records the sender polled, in order) that it will email: a total that is not zero
+        and a delivery row not final yet (a redelivered record renders nothing); each read
+        from ``documents``. One read of the delivery row and one of the document each, no
+        retries: a document that cannot be looked at ahead (the database failing, an
+        unknown currency) is left to the sender, which meets it again with its own
+        retries and outcomes. Returns how many were started.
+        """
+        started = 0
+        for data in announced:
+            try:
+                if is_zero_total(data):
+                    continue
+                ref = document_ref(data, domain=domain)
+                row = deliveries.get(document_key=ref.document_key)
+                if row is not None and row.status in ("sent", "skipped"):
+                    continue
+                kind: DocumentKind = (
+                    "credit_note" if ref.document_type == "credit_note" else "invoice"
+                )
+                stored = documents.load(kind, ref.document_id)
+            except _AHEAD_FAILURES as exc:
+                logger.debug("a PDF not rendered ahead: %s", exc)
+                continue
+            if stored is not None and self.submit(stored, ref):
+                started += 1
+        return started
+
+    def take(self, ref: DocumentRef) -> DocumentFiles | None:
+        """The files of ``ref``'s document rendered ahead (waiting for them), or None when
+        they were not submitted or the pool broke (the caller renders them itself).
+
+        Raises:
+            RenderError: the document's PDF or CSV cannot be rendered (as in the sender).
+        """
+        future = self._pending.pop(ref.document_key, None)
+        if future is None:
+            return None
+        try:
+            return future.result()
+        except BrokenProcessPool as exc:
+            logger.error("PDF render process died (%s): the sender renders the pending PDFs", exc)
+            self._restart()
+            return None
+
+    def discard(self) -> None:
+        """Forget every pending render (records sought back, or the sender stopping);
+        renders already running finish and are dropped."""
+        for future in self._pending.values():
+            future.cancel()
+        self._pending.clear()
+
+    def _restart(self) -> None:
+        self.discard()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._pool = self._start()
+
+    def close(self) -> None:
+        """Stop the processes (waits for a render in progress)."""
+        self.discard()
+        self._pool.shutdown(wait=True, cancel_futures=True)
