@@ -645,8 +645,13 @@ def expire(
     the RocksDB store refuses a write outside any event, which crashed the instance at
     its first retention before), instead of relying on the current event's.
 
+    Then each owned customer's subscription events that no kept period can see are
+    dropped (:func:`streams.apps.usage_view.state.compact_subscriptions`, from
+    :func:`~streams.apps.usage_view.state.subscription_horizon`): one event before the
+    oldest kept period and the events after it stay.
+
     Returns:
-        ``{"periods": n, "event_ids": m}`` dropped.
+        ``{"periods": n, "event_ids": m, "subscription_events": k}`` dropped.
     """
     now = datetime.now(UTC)
     owned = {
@@ -710,12 +715,35 @@ def expire(
         log.info(
             "usage view retention: dropped %d period(s), %d event id(s)", len(gone), dropped_ids
         )
+    dropped_subscriptions = 0
+    horizon = state.subscription_horizon(now, config.retain_open)
+    for key, customer in list(customers.items()):
+        if customer is None or int(customer.get("partition", -1)) not in owned:
+            continue
+        history = customer.get("subscriptions") or []
+        compacted = state.compact_subscriptions(history, horizon)
+        if compacted is not None:
+            dropped_subscriptions += len(history) - len(compacted)
+            put_key(
+                customers, key, {**customer, "subscriptions": compacted}, int(customer["partition"])
+            )
+    if dropped_subscriptions:
+        metrics.VIEW_EXPIRED.labels("subscription_events").inc(dropped_subscriptions)
+        log.info(
+            "usage view retention: dropped %d subscription event(s) before %s",
+            dropped_subscriptions,
+            horizon.date().isoformat(),
+        )
     tables = {"customers": customers, "periods": periods, "event_ids": event_ids}
     if usage_days is not None:
         tables["usage_days"] = usage_days
     for name, tbl in tables.items():
         metrics.VIEW_KEYS.labels(name).set(sum(1 for _ in tbl))
-    return {"periods": len(gone), "event_ids": dropped_ids}
+    return {
+        "periods": len(gone),
+        "event_ids": dropped_ids,
+        "subscription_events": dropped_subscriptions,
+    }
 
 
 def _delete(table: Any, key: bytes, partition: int) -> None:

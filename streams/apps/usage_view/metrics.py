@@ -33,7 +33,8 @@ VIEW_KEYS = Gauge(
 VIEW_EXPIRED = Counter(
     "invoicing_usage_view_expired_total",
     "Table keys dropped by the view's retention (closed periods past retention, and their "
-    "event ids)",
+    "event ids), and, as table subscription_events, customers' subscription events no kept "
+    "period can see",
     ["table"],
 )
 VIEW_REQUESTS = Counter(

@@ -514,6 +514,45 @@ def subscription_events(customer: Mapping[str, Any]) -> list[SubscriptionEvent]:
     return events
 
 
+def subscription_horizon(now: datetime, retain_open: timedelta) -> datetime:
+    """The first instant of the oldest billing period the view still answers: 00:00 UTC
+    of the first day of the month that holds ``now - retain_open`` (every period whose
+    month ended more than ``retain_open`` ago is dropped, closed or not, so every kept
+    period starts at or after it)."""
+    oldest = (now - retain_open).astimezone(UTC)
+    return datetime(oldest.year, oldest.month, 1, tzinfo=UTC)
+
+
+def compact_subscriptions(
+    subscriptions: list[dict[str, Any]], horizon: datetime
+) -> list[dict[str, Any]] | None:
+    """``subscriptions`` (a customer's stored subscription events, in partition order)
+    without the events that no period from ``horizon`` on can see, or None when none can
+    be dropped.
+
+    Rule (the timeline of :mod:`streams.core.domain.rating.segments`: events ordered by
+    ``effective_at``, ties in partition order, the later winning): every event effective at
+    or before ``horizon`` only sets the state at ``horizon`` — the state at a day's first
+    instant takes every event up to and including it — so only the last of them (by
+    ``effective_at``, then partition order) is kept, in front of the later events, whose
+    order is unchanged. So ``day_plans`` gives the same plan for every day from
+    ``horizon`` on (``tests/unit/usage_view/test_subscription_bound.py`` checks it on
+    generated histories). Bound: one event before ``horizon`` plus the events after it.
+    """
+    at_or_before: list[tuple[datetime, int]] = []
+    for order, item in enumerate(subscriptions):
+        effective = datetime.fromisoformat(str(item["data"]["effective_at"]).replace("Z", "+00:00"))
+        if effective <= horizon:
+            at_or_before.append((effective, order))
+    if len(at_or_before) <= 1:
+        return None
+    last = max(at_or_before)[1]
+    earlier = {order for _, order in at_or_before}
+    return [subscriptions[last]] + [
+        item for order, item in enumerate(subscriptions) if order not in earlier
+    ]
+
+
 def expired(
     period: Mapping[str, Any], *, now: datetime, retain_closed: timedelta, retain_open: timedelta
 ) -> bool:

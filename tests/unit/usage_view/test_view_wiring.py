@@ -175,11 +175,52 @@ def test_retention_drops_closed_periods_and_their_ids_with_tombstones_on_their_p
         assignor=SimpleNamespace(assigned_actives=lambda: {TP(cfg.source_topic, 3)})
     )
     dropped = expire(app, cfg, customers, periods, ids)  # type: ignore[arg-type]
-    assert dropped == {"periods": 1, "event_ids": 1}
+    assert dropped == {"periods": 1, "event_ids": 1, "subscription_events": 0}
     assert b"a|2024-08" not in periods and b"b|2024-08" in periods and b"a|2024-09" in periods
     assert periods.sent == [(3, b"a|2024-08", None)]
     assert ids.sent == [(3, b"a-2024-08", None)] and b"b-2024-08" in ids
     assert customers[b"a"]["periods"] == ["2024-09"] and customers.sent[0][0] == 3
+
+
+def test_retention_bounds_the_subscription_history_of_owned_customers(tmp_path: Path) -> None:
+    from dataclasses import replace
+    from datetime import UTC, datetime
+    from types import SimpleNamespace
+
+    from faust.types import TP
+
+    from streams.apps.usage_view import state
+    from streams.apps.usage_view.app import expire
+    from streams.core.domain.events import SubscriptionChanged
+
+    cfg = replace(config(tmp_path), retain_open=timedelta(days=400))
+    history = [
+        {
+            "type": "subscription.changed",
+            "data": SubscriptionChanged(
+                customer_id="a",
+                effective_at=datetime(2020, 1 + n % 12, 1, tzinfo=UTC)
+                + timedelta(days=365 * (n // 12)),
+                plan_code="growth",
+                plan_version=1 + n % 2,
+            ).model_dump(mode="json"),
+        }
+        for n in range(24)  # 2020-2021: all before the horizon (400 days before now)
+    ]
+    customers, periods, ids = FakeTable(), FakeTable(), FakeTable()
+    for customer_id, partition in (("a", 3), ("b", 5)):
+        customers[customer_id.encode()] = {
+            **state.new_customer(customer_id, partition),
+            "subscriptions": history,
+        }
+    app = SimpleNamespace(
+        assignor=SimpleNamespace(assigned_actives=lambda: {TP(cfg.source_topic, 3)})
+    )
+    dropped = expire(app, cfg, customers, periods, ids)  # type: ignore[arg-type]
+    assert dropped["subscription_events"] == 23
+    assert customers[b"a"]["subscriptions"] == [history[-1]]  # the state from then on
+    assert [(partition, key) for partition, key, _ in customers.sent] == [(3, b"a")]
+    assert customers[b"b"]["subscriptions"] == history  # not this instance's partition
 
 
 def test_price_book_file_reloads_and_keeps_the_last_good_book(tmp_path: Path) -> None:
