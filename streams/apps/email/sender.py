@@ -678,8 +678,8 @@ class EmailSender:
         transiently failing is sought back to (with every later record of the poll, in
         its partition and the others) and polled again after ``pause_s`` (polling keeps
         the group membership alive meanwhile). A message-level Kafka error is logged; a
-        fatal one raises. On ``stop``, the records of the poll not handled yet are left
-        uncommitted (redelivered to the next owner).
+        fatal one raises. On ``stop``, the records of the poll not handled yet are given
+        back the same way, uncommitted (redelivered to whoever polls next).
 
         Raises:
             KafkaException: a fatal consumer error.
@@ -692,14 +692,15 @@ class EmailSender:
             while not self._stop.is_set():
                 records = self._poll(consumer, poll_timeout_s)
                 for n, msg in enumerate(records):
-                    if self._stop.is_set():
-                        break
-                    if not self._run_one(consumer, msg):
-                        # back to the failed record, and each other partition to its
-                        # first record of this poll not handled yet
+                    stopping = self._stop.is_set()
+                    if stopping or not self._run_one(msg):
+                        # back to this record, and each other partition to its first
+                        # record of this poll not handled yet: none is skipped, whoever
+                        # polls next (this consumer again, or the next owner)
                         for later in first_of_each_partition(records[n:]):
                             self._seek_back(consumer, later)
-                        self._stop.wait(pause_s)
+                        if not stopping:
+                            self._stop.wait(pause_s)
                         break
                 if self._prerender is not None:
                     self._prerender.discard()
@@ -725,7 +726,7 @@ class EmailSender:
         )
         return records
 
-    def _run_one(self, consumer: KafkaSource, msg: Message) -> bool:
+    def _run_one(self, msg: Message) -> bool:
         """Handle ``msg``; False when it stays transiently failing (not committed)."""
         err = msg.error()
         if err is not None:

@@ -223,3 +223,29 @@ def test_first_of_each_partition_is_where_each_partition_resumes(twins: Twins) -
     for m in records[1:]:
         by_partition.setdefault(m.partition(), m.offset())
     assert firsts == list(by_partition.items())
+
+
+def test_a_stop_mid_poll_gives_the_rest_back_to_the_next_poll(
+    twins: Twins, prerender: Prerenderer
+) -> None:
+    documents = InMemoryDocuments()
+    invoices = [numbered(n) for n in range(51, 55)]
+    for stored, event in invoices:
+        documents.put(stored)
+        twins.send(event, topic=twins.invoices_topic)
+    stop = threading.Event()
+    real_send = twins.mail.send
+
+    def stopping(*args: object, **kwargs: object) -> None:
+        real_send(*args, **kwargs)  # type: ignore[arg-type]
+        stop.set()  # SIGTERM while the first email of the poll goes out
+
+    twins.mail.send = stopping  # type: ignore[method-assign]
+    s = sender_of(twins, documents, prerender, stop)
+    s.run(poll_timeout_s=0.5, pause_s=0.05)
+    assert len(twins.mail.sent) == 1  # the record in hand finished, the rest given back
+    twins.mail.send = real_send  # type: ignore[method-assign]
+    stop.clear()
+    run_until(s, stop, lambda: len(twins.mail.sent) == len(invoices))  # the same consumer
+    sent = [m.message["X-Invoice-Id"] for m in twins.mail.sent]
+    assert sorted(sent) == sorted(stored.document_id for stored, _ in invoices)
