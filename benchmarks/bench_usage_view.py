@@ -12,7 +12,8 @@ view instances and the edge are separate processes, as deployed.
   HTTP every 10 ms: a tighter poll takes the CPU the view needs), p50 and p99, idle and while the edge ingests a steady load.
 * ``memory`` — RSS of one view instance (``/proc/PID/status`` VmRSS) holding the
   FOCUS demo, then a large scenario (``--customers``, ``--lines``, metered events),
-  with the rate it consumed at; ``--store memory|rocksdb``.
+  with the rate it consumed at; ``--store memory|rocksdb`` (both; ``freshness`` defaults
+  to ``memory``, ``memory`` to ``rocksdb``).
 
     .venv/bin/python -m benchmarks.bench_usage_view ingest --events 20000
     .venv/bin/python -m benchmarks.bench_usage_view freshness --samples 200
@@ -265,10 +266,11 @@ def _freshness(p: Pipeline, port: int, samples: int, tag: str) -> list[float]:
 
 
 def bench_freshness(p: Pipeline, workdir: Path, args: argparse.Namespace) -> None:
-    port, _ = _start_view(p, "memory")
+    port, _ = _start_view(p, args.store)
     idle = _freshness(p, port, args.samples, "idle")
     print(
-        f"freshness: event produced -> visible in the view's answer ({args.samples} samples each)"
+        f"freshness: event produced -> visible in the view's answer ({args.samples} samples"
+        f" each, store {args.store})"
     )
     _report("idle", idle)
     url, token = _start_edge(p, workdir)
@@ -438,6 +440,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     fresh.add_argument("--samples", type=int, default=200)
     fresh.add_argument("--load-rate", type=float, default=500.0, help="events/s through the edge")
     fresh.add_argument("--load-batch", type=int, default=100)
+    fresh.add_argument("--store", choices=["memory", "rocksdb"], default="memory")
     memory = sub.add_parser("memory")
     memory.add_argument("--store", choices=["memory", "rocksdb"], default="rocksdb")
     memory.add_argument("--customers", type=int, default=2_000)
