@@ -3,6 +3,7 @@ in-memory Kafka, deliveries, mail transport and documents)."""
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from datetime import timedelta
@@ -16,6 +17,7 @@ from streams.adapters.documents.source import InMemoryDocuments
 from streams.adapters.documents.tokens import PageLinks, TokenSigner
 from streams.adapters.memory.store import tables
 from streams.apps.email import attachments
+from streams.apps.email.prerender import Prerenderer
 from streams.apps.email.sender import EmailSender, Outcome
 from streams.apps.email.twin import InMemoryDeliveryStore
 from streams.core.domain.documents import Document
@@ -30,7 +32,14 @@ def twins(settings: Settings) -> Twins:
     return Twins.create(settings)
 
 
-def sender(twins: Twins, documents: InMemoryDocuments, links: PageLinks) -> EmailSender:
+def sender(
+    twins: Twins,
+    documents: InMemoryDocuments,
+    links: PageLinks,
+    *,
+    prerender: Prerenderer | None = None,
+    stop: threading.Event | None = None,
+) -> EmailSender:
     consumer = twins.kafka.consumer(twins.settings.worker.email_group)
     consumer.subscribe([twins.invoices_topic])
     return EmailSender(
@@ -40,6 +49,8 @@ def sender(twins: Twins, documents: InMemoryDocuments, links: PageLinks) -> Emai
         transport=twins.mail,
         documents=documents,
         links=links,
+        prerender=prerender,
+        stop=stop,
     )
 
 

@@ -31,7 +31,7 @@ from streams.core.domain.events import InvoiceIssued
 from streams.settings import Settings
 from tests.support.twins import Twins
 from tests.unit.documents import samples
-from tests.unit.documents.test_email_attachment import event_of
+from tests.unit.documents.test_email_attachment import LINKS, event_of, sender
 
 
 @pytest.fixture
@@ -59,17 +59,7 @@ def numbered(n: int, lines: int = 3) -> tuple[Document, InvoiceIssued]:
 def sender_of(
     twins: Twins, documents: InMemoryDocuments, prerender: Prerenderer, stop: threading.Event
 ) -> EmailSender:
-    consumer = twins.kafka.consumer(twins.settings.worker.email_group)
-    consumer.subscribe([twins.invoices_topic])
-    return EmailSender(
-        twins.settings,
-        deliveries=InMemoryDeliveryStore(twins.db, lock_timeout_s=2.0),
-        consumer=consumer,
-        transport=twins.mail,
-        documents=documents,
-        prerender=prerender,
-        stop=stop,
-    )
+    return sender(twins, documents, LINKS, prerender=prerender, stop=stop)
 
 
 def run_until(
