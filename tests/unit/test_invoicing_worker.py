@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 from decimal import Decimal
+from typing import Any
 
 import pytest
 from confluent_kafka import TopicPartition
@@ -439,6 +440,46 @@ def test_a_refused_offset_commit_is_retried_on_the_next_polls(twins: Twins) -> N
     assert len(stored_usage(twins, customer)) == 1  # written once, committed late
     assert metric("invoicing_offset_commit_failures_total") == failures + 2
     assert worker.partitions[10].uncommitted is None
+    worker.executor.shutdown()
+
+
+def test_a_refused_seek_after_a_job_leaves_the_partition_paused_then_resumes_it(
+    twins: Twins, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The client may refuse the seek that resumes a partition after its job (``_STATE``
+    during a rebalance): the partition stays paused and is resumed on a later poll, so
+    the markers behind the first one are still invoiced (none is skipped)."""
+    from confluent_kafka import KafkaError
+
+    from streams.adapters.memory.kafka_records import kafka_exception
+
+    first, second = twins.customer_on(3), twins.customer_on(3, prefix="next")
+    for customer in (first, second):
+        twins.customer(customer)
+        twins.usage(customer, "3.00")
+    twins.close(first)
+    last = twins.close(second)  # behind the first marker, on the same partition
+    last_offset = last.offset()
+    assert last_offset is not None
+    worker = twins.worker()
+    refusals = [kafka_exception(KafkaError._STATE, "Local: Erroneous state")]
+    real_seek = worker.consumer.seek
+
+    def seek(partition: Any) -> None:
+        if refusals:
+            raise refusals.pop()
+        real_seek(partition)
+
+    monkeypatch.setattr(worker.consumer, "seek", seek)
+    subscribe(worker)
+    drive(
+        worker,
+        lambda: twins.committed().get(3) == last_offset + 1,
+        what="both markers handled and committed",
+    )
+    assert refusals == []  # the seek was refused once
+    assert invoiced(twins, first) and invoiced(twins, second)
+    assert worker.partitions[3].resume_pending is False
     worker.executor.shutdown()
 
 

@@ -137,7 +137,13 @@ class WorkerBase:
             log.debug("pause of partition %s failed: %s", partition, exc)
 
     def _resume(self, partition: int, at_offset: int | None = None) -> None:
-        """Resume ``partition`` at ``at_offset`` (else at its rewind offset, if any)."""
+        """Resume ``partition`` at ``at_offset`` (else at its rewind offset, if any).
+
+        A seek or resume the client refuses (``_STATE`` while a rebalance is in
+        progress) for a partition we still hold leaves it paused, remembers the offset
+        as its rewind and marks it :attr:`PartitionState.resume_pending`, tried again
+        each poll (:meth:`_retry_resumes`): a partition is never left paused for good,
+        and the records fetched while it was paused are read again, never skipped."""
         state = self.partitions.get(partition)
         rewind = state.take_rewind() if state is not None else None
         offset = at_offset if at_offset is not None else rewind
@@ -146,7 +152,32 @@ class WorkerBase:
                 self.consumer.seek(TopicPartition(self.topic, partition, offset))
             self.consumer.resume([TopicPartition(self.topic, partition)])
         except KafkaException as exc:
-            log.debug("seek/resume of partition %s failed: %s", partition, exc)
+            if state is None or self.partitions.get(partition) is not state:
+                log.debug("seek/resume of partition %s failed: %s", partition, exc)
+                return  # not ours any more: the next owner reads from the committed offset
+            if offset is not None:
+                state.rewind_at_most(offset)
+            state.resume_pending = True
+            log.warning(
+                "seek/resume of partition %s failed (%s); kept paused, retried next poll",
+                partition,
+                exc,
+            )
+            return
+        if state is not None:
+            state.resume_pending = False
+
+    def _retry_resumes(self) -> None:
+        """Resume the partitions whose resume failed (:meth:`_resume`), once nothing
+        keeps them paused (no job in flight, no backoff, claimed)."""
+        for state in list(self.partitions.values()):
+            if (
+                state.resume_pending
+                and state.owned
+                and state.job is None
+                and state.backoff_until is None
+            ):
+                self._resume(state.partition)
 
     def _commit(self, partition: int, next_offset: int) -> None:
         """Commit ``next_offset`` of ``partition`` (after the database commit). A commit

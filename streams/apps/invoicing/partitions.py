@@ -53,6 +53,10 @@ class PartitionState:
         rewind_to: the offset to seek to when it resumes, or None (no seek).
         uncommitted: the next offset whose commit the broker refused (a rebalance in
             progress) while we kept the partition: retried each poll until it succeeds.
+        resume_pending: its resume (and the seek to :attr:`rewind_to` before it) failed
+            while we kept the partition: it stays paused and is resumed at the next poll
+            with no job in flight and no backoff, so a failed seek never leaves it
+            paused for good and never skips a record.
         drafts: the open drafts of the partition, (customer id, period) → the end of
             the grace period (UTC); loaded when it is claimed, kept as jobs report.
         drafts_loaded: whether :attr:`drafts` was read since the claim.
@@ -70,6 +74,7 @@ class PartitionState:
     backoff_until: float | None = None
     rewind_to: int | None = None
     uncommitted: int | None = None
+    resume_pending: bool = False
     drafts: dict[tuple[str, str], datetime] = field(default_factory=dict)
     drafts_loaded: bool = False
     finalize_requested: dict[tuple[str, str], float] = field(default_factory=dict)

@@ -230,6 +230,7 @@ class InvoicingWorker(IngestMixin):
         self._retry_claims()
         self._retry_commits()
         self._end_backoffs()
+        self._retry_resumes()
         self._load_drafts()
         self._grace_timers()
         messages = self._fetch(min(timeout_s, 0.05) if self._jobs() else timeout_s)
