@@ -20,7 +20,7 @@ from streams.apps.email.render import Attachment, DocumentRef
 from streams.core.domain.documents import Document, DocumentKind
 from streams.core.domain.money import InvalidAmount, UnknownCurrency
 
-__all__ = ["DocumentFiles", "document_pdf", "stored_pdf"]
+__all__ = ["DocumentFiles", "document_pdf", "stored_document", "stored_pdf"]
 
 
 @dataclass(frozen=True)
@@ -32,6 +32,16 @@ class DocumentFiles:
     lines: Attachment | None = None
 
 
+def stored_document(documents: DocumentSource, ref: DocumentRef) -> Document | None:
+    """The stored document ``ref`` names (every line), None when it is not stored.
+
+    Raises:
+        psycopg.Error: the database failed (classified by the caller).
+    """
+    kind: DocumentKind = "credit_note" if ref.document_type == "credit_note" else "invoice"
+    return documents.load(kind, ref.document_id)
+
+
 def document_pdf(documents: DocumentSource, ref: DocumentRef) -> DocumentFiles:
     """The PDF (and CSV of lines) of the stored document ``ref`` names, named after its
     number.
@@ -40,8 +50,7 @@ def document_pdf(documents: DocumentSource, ref: DocumentRef) -> DocumentFiles:
         RenderError: the document is not stored, or its PDF cannot be rendered.
         psycopg.Error: the database failed (classified by the caller).
     """
-    kind: DocumentKind = "credit_note" if ref.document_type == "credit_note" else "invoice"
-    stored = documents.load(kind, ref.document_id)
+    stored = stored_document(documents, ref)
     if stored is None:
         raise RenderError(f"{ref.document_key} is not stored: no PDF can be made")
     return stored_pdf(stored, ref)

@@ -36,11 +36,11 @@ import psycopg
 from psycopg_pool import PoolTimeout
 
 from streams.adapters.documents.source import DocumentSource
-from streams.apps.email.attachments import DocumentFiles, stored_pdf
+from streams.apps.email.attachments import DocumentFiles, stored_document, stored_pdf
 from streams.apps.email.errors import RenderError, TransientEmailError
 from streams.apps.email.render import DocumentRef, document_ref, is_zero_total
 from streams.apps.email.store import Deliveries
-from streams.core.domain.documents import Document, DocumentKind
+from streams.core.domain.documents import Document
 from streams.core.domain.events import CreditNoteIssued, InvoiceIssued
 
 #: What looking ahead may meet; each leaves the record to the sender, which meets it
@@ -123,12 +123,9 @@ class Prerenderer:
                     continue
                 ref = document_ref(data, domain=domain)
                 row = deliveries.get(document_key=ref.document_key)
-                if row is not None and row.status in ("sent", "skipped"):
+                if row is not None and row.final:
                     continue
-                kind: DocumentKind = (
-                    "credit_note" if ref.document_type == "credit_note" else "invoice"
-                )
-                stored = documents.load(kind, ref.document_id)
+                stored = stored_document(documents, ref)
             except _AHEAD_FAILURES as exc:
                 logger.debug("a PDF not rendered ahead: %s", exc)
                 continue

@@ -546,7 +546,7 @@ class EmailSender:
         for attempt in self._retrying():
             with attempt, self._count_transient():
                 row = self._store.get(document_key=new.ref.document_key)
-        if row is None or row.status not in ("sent", "skipped"):
+        if row is None or not row.final:
             return None
         matched: Literal["event_id", "document"] = (
             "event_id" if row.event_id == new.event_id else "document"

@@ -74,6 +74,11 @@ class DeliveryRow:
     claimed_at: datetime
     sent_at: datetime | None
 
+    @property
+    def final(self) -> bool:
+        """``'sent'`` or ``'skipped'``: nothing more is done for this document."""
+        return self.status in ("sent", "skipped")
+
 
 @dataclass(frozen=True)
 class NewDelivery:
