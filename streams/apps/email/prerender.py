@@ -21,18 +21,36 @@ would in the sender (recorded ``'skipped'``). A render process that dies (a cras
 the native layout code, a kill) breaks the pool: :meth:`take` answers None for every
 PDF pending, the sender renders those itself as it would without a pool (so a document
 that crashes the renderer crashes the sender's own process as before, never loops in
-the pool), and the pool is started again for the next records.
+the pool), and the pool is started again for the next records. A render process that
+hangs (the native layout code stuck, a process stopped) would stall the sender for ever,
+so :meth:`take` waits at most ``timeout_s`` (``settings.worker.email_render_timeout_s``):
+past it the pool's processes are killed (``SIGKILL``, which also ends a stopped one) and
+the pool started again, and the sender renders the pending PDFs itself as for a broken
+pool; logged as an ERROR and counted in ``invoicing_email_render_timeouts_total``.
+
+Why kill the processes ourselves: :class:`~concurrent.futures.ProcessPoolExecutor` has
+no public way to, and its ``shutdown`` (even ``wait=False``) only asks each process to
+stop after its current task, which a hung one never finishes (its executor's thread
+waits on it for ever; ``terminate`` is a ``SIGTERM``, which a stopped process does not
+act on). The executor's own handles on its processes (``_processes``, a CPython detail
+unchanged since 3.8) are killed; tests/unit/documents/test_email_prerender.py checks the
+hung process is gone. Not pebble's ``ProcessPool`` (whose per-task timeout kills the
+worker): a new dependency for twenty lines, and a different failure model (a dead
+worker replaced and one task failed, instead of the broken pool the sender already
+falls back from).
 """
 
 from __future__ import annotations
 
 import logging
 import multiprocessing
+import time
 from collections.abc import Iterable
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 
 import psycopg
+from prometheus_client import Counter
 from psycopg_pool import PoolTimeout
 
 from streams.adapters.documents.source import DocumentSource
@@ -51,6 +69,16 @@ __all__ = ["Prerenderer"]
 
 logger = logging.getLogger(__name__)
 
+#: How long a killed render process is waited for to be gone (seconds); a ``SIGKILL``
+#: ends a process in milliseconds, this only bounds the wait.
+_KILL_WAIT_S = 5.0
+
+RENDER_TIMEOUTS = Counter(
+    "invoicing_email_render_timeouts_total",
+    "PDFs rendered ahead not ready within worker.email_render_timeout_s: the render "
+    "processes were killed and started again, the sender rendered the PDF itself.",
+)
+
 
 def _warm() -> None:
     """A render process's start: load WeasyPrint and Pango once (about a second), not
@@ -60,22 +88,28 @@ def _warm() -> None:
 
 class Prerenderer:
     """A pool of ``processes`` processes rendering the PDFs (and CSV of lines) of stored
-    documents ahead of the sender, keyed by ``document_key``; at most ``limit`` pending.
+    documents ahead of the sender, keyed by ``document_key``; at most ``limit`` pending;
+    :meth:`take` waits at most ``timeout_s`` seconds for one (default 30.0, the default
+    of ``settings.worker.email_render_timeout_s``; the attribute may be changed between
+    calls). The wait counts from :meth:`take`, so it includes a fresh process's start
+    (about a second) when the pool was just started.
 
     Processes are started with ``spawn`` (the sender's process holds librdkafka and
     psycopg threads, which ``fork`` would copy mid-state).
 
     Raises:
-        ValueError: ``processes`` < 1 or ``limit`` < 1.
+        ValueError: ``processes`` < 1, ``limit`` < 1 or ``timeout_s`` <= 0.
     """
 
-    def __init__(self, processes: int, *, limit: int = 16) -> None:
-        if processes < 1 or limit < 1:
+    def __init__(self, processes: int, *, limit: int = 16, timeout_s: float = 30.0) -> None:
+        if processes < 1 or limit < 1 or not timeout_s > 0:
             raise ValueError(
-                f"a prerenderer needs processes >= 1 and limit >= 1, got {processes}, {limit}"
+                "a prerenderer needs processes >= 1, limit >= 1 and timeout_s > 0, "
+                f"got {processes}, {limit}, {timeout_s}"
             )
         self._processes = processes
         self.limit = limit
+        self.timeout_s = timeout_s
         self._pool = self._start()
         self._pending: dict[str, Future[DocumentFiles]] = {}
 
@@ -134,14 +168,29 @@ class Prerenderer:
         return started
 
     def take(self, ref: DocumentRef) -> DocumentFiles | None:
-        """The files of ``ref``'s document rendered ahead (waiting for them), or None when
-        they were not submitted or the pool broke (the caller renders them itself).
+        """The files of ``ref``'s document rendered ahead (waiting up to :attr:`timeout_s`
+        seconds for them), or None when they were not submitted, the pool broke, or they
+        were not ready in time (the caller renders them itself). Not ready in time: the
+        render processes are taken as hung, logged (ERROR) and counted, killed (every
+        pending render is dropped) and started again.
 
         Raises:
             RenderError: the document's PDF or CSV cannot be rendered (as in the sender).
         """
         future = self._pending.pop(ref.document_key, None)
         if future is None:
+            return None
+        if not wait([future], timeout=self.timeout_s).done:
+            logger.error(
+                "PDF of %s not rendered ahead within %.1f s (email_render_timeout_s): its "
+                "render processes are killed and started again, the sender renders the "
+                "pending PDFs",
+                ref.document_key,
+                self.timeout_s,
+            )
+            RENDER_TIMEOUTS.inc()
+            self._kill()
+            self._restart()
             return None
         try:
             return future.result()
@@ -156,6 +205,19 @@ class Prerenderer:
         for future in self._pending.values():
             future.cancel()
         self._pending.clear()
+
+    def _kill(self) -> None:
+        """``SIGKILL`` the pool's processes and wait (up to ``_KILL_WAIT_S`` in all) until
+        they are gone; the executor then fails its pending renders as for a dead process
+        (:class:`BrokenProcessPool`)."""
+        processes = list(self._pool._processes.values())
+        for process in processes:
+            process.kill()
+        deadline = time.monotonic() + _KILL_WAIT_S
+        for process in processes:
+            process.join(max(0.0, deadline - time.monotonic()))
+            if process.is_alive():
+                logger.error("PDF render process %s still alive after SIGKILL", process.pid)
 
     def _restart(self) -> None:
         self.discard()

@@ -1,11 +1,13 @@
 """The email sender's PDFs rendered ahead in processes (streams/apps/email/prerender.py):
 the same bytes, nothing rendered for a record whose email is final, a render failure
-recorded as before, a dead render process replaced, and a transient failure giving
+recorded as before, a dead render process replaced, a hung one killed and replaced
+after ``email_render_timeout_s``, and a transient failure giving
 back every later record of the poll (twins: in-memory Kafka, deliveries, mail, documents;
 the render processes are real)."""
 
 from __future__ import annotations
 
+import multiprocessing.process
 import os
 import signal
 import threading
@@ -15,6 +17,7 @@ from collections.abc import Callable, Iterator
 from decimal import Decimal
 
 import pytest
+from prometheus_client import REGISTRY
 
 from streams.adapters.documents.lines_csv import lines_csv
 from streams.adapters.documents.pdf import PDF_MAX_LINES, render_pdf
@@ -168,6 +171,42 @@ def test_a_dead_render_process_leaves_the_pdf_to_the_sender_and_is_replaced() ->
         files = pool.take(ref)
         assert files is not None and files.pdf.content == render_pdf(stored)
     finally:
+        pool.close()
+
+
+def test_a_hung_render_process_is_killed_after_the_timeout_and_replaced(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    pool = Prerenderer(1, limit=2)  # the default timeout while the process starts
+    hung: list[multiprocessing.process.BaseProcess] = []
+    try:
+        stored, event = numbered(32)
+        ref = document_ref(event)
+        assert pool.submit(stored, ref) and pool.take(ref) is not None  # started, warm
+        hung = list(pool._pool._processes.values())
+        for process in hung:  # the native layout code stuck: the process never answers
+            assert process.pid is not None
+            os.kill(process.pid, signal.SIGSTOP)
+        pool.timeout_s = 0.5
+        timeouts = REGISTRY.get_sample_value("invoicing_email_render_timeouts_total") or 0.0
+        assert pool.submit(stored, ref)
+        started = time.monotonic()
+        with caplog.at_level("ERROR", logger="streams.apps.email.prerender"):
+            assert pool.take(ref) is None  # the sender renders this one itself
+        waited = time.monotonic() - started
+        assert 0.45 <= waited < 0.5 + 5.0  # the timeout, then the kill (not for ever)
+        assert [p.is_alive() for p in hung] == [False] * len(hung)  # killed, reaped
+        assert ref.document_key in caplog.text and "0.5 s" in caplog.text
+        assert REGISTRY.get_sample_value("invoicing_email_render_timeouts_total") == timeouts + 1
+        pool.timeout_s = 30.0  # the new pool's process starts (about a second)
+        assert pool.submit(stored, ref)  # a new pool for the next records
+        files = pool.take(ref)
+        assert files is not None and files.pdf.content == render_pdf(stored)
+        assert set(pool._pool._processes).isdisjoint(p.pid for p in hung)
+    finally:
+        for process in hung:  # a failed assertion must not leave it stopped
+            if process.is_alive():
+                process.kill()
         pool.close()
 
 
