@@ -204,7 +204,9 @@ def run_email_sender(
         prerender = None
         if settings.worker.email_render_processes:
             prerender = Prerenderer(
-                settings.worker.email_render_processes, limit=settings.worker.email_render_ahead
+                settings.worker.email_render_processes,
+                limit=settings.worker.email_render_ahead,
+                timeout_s=settings.worker.email_render_timeout_s,
             )
             owned.callback(prerender.close)
         sender = email_sender(

@@ -110,6 +110,16 @@ class WorkerSettings(BaseModel):
         ge=0,
         description="Processes in which the email sender renders the PDFs of the records it polled next while it sends the one in hand (a PDF is most of an email's cost, and WeasyPrint holds the GIL); 0 renders each PDF in the sender's own process, one after another (docs/email.md, \"Rendering ahead\").",
     )
+    email_render_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        description="Longest the email sender waits for a PDF rendered ahead (seconds, "
+        "> 0; with `email_render_processes` > 0). Past it the render processes are taken "
+        "as hung: an ERROR is logged and `invoicing_email_render_timeouts_total` counted, "
+        "the processes are killed and started again, and the sender renders that PDF "
+        "itself. Must cover a fresh process's start (about a second: WeasyPrint loading) "
+        'and a render (docs/email.md, "Rendering ahead").',
+    )
     email_render_ahead: int = Field(
         8,
         ge=1,

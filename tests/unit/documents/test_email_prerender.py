@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from decimal import Decimal
 
+import pydantic
 import pytest
 from prometheus_client import REGISTRY
 
@@ -32,6 +33,7 @@ from streams.apps.email.twin import InMemoryDeliveryStore
 from streams.core.domain.documents import Document
 from streams.core.domain.events import InvoiceIssued
 from streams.settings import Settings
+from streams.settings.processes import WorkerSettings
 from tests.support.twins import Twins
 from tests.unit.documents import samples
 from tests.unit.documents.test_email_attachment import LINKS, event_of, sender
@@ -208,6 +210,15 @@ def test_a_hung_render_process_is_killed_after_the_timeout_and_replaced(
             if process.is_alive():
                 process.kill()
         pool.close()
+
+
+@pytest.mark.parametrize("timeout_s", [0.0, -1.0, float("nan")])
+def test_a_render_timeout_not_above_zero_is_refused(timeout_s: float) -> None:
+    with pytest.raises(pydantic.ValidationError, match="email_render_timeout_s"):
+        WorkerSettings.model_validate({"email_render_timeout_s": timeout_s})
+    with pytest.raises(ValueError, match="timeout_s > 0"):
+        Prerenderer(1, timeout_s=timeout_s)
+    assert WorkerSettings().email_render_timeout_s == 30.0  # the default
 
 
 def test_a_transient_failure_gives_back_the_rest_of_the_poll_in_order(
