@@ -117,8 +117,9 @@ class WorkerSettings(BaseModel):
         "> 0; with `email_render_processes` > 0). Past it the render processes are taken "
         "as hung: an ERROR is logged and `invoicing_email_render_timeouts_total` counted, "
         "the processes are killed and started again, and the sender renders that PDF "
-        "itself. Must cover a fresh process's start (about a second: WeasyPrint loading) "
-        'and a render (docs/email.md, "Rendering ahead").',
+        "itself; at the sender's stop, a render still running that long after is killed. "
+        "Must cover a fresh process's start (about a second: WeasyPrint loading) and a "
+        'render (docs/email.md, "Rendering ahead").',
     )
     email_render_ahead: int = Field(
         8,

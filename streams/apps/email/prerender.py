@@ -21,23 +21,28 @@ would in the sender (recorded ``'skipped'``). A render process that dies (a cras
 the native layout code, a kill) breaks the pool: :meth:`take` answers None for every
 PDF pending, the sender renders those itself as it would without a pool (so a document
 that crashes the renderer crashes the sender's own process as before, never loops in
-the pool), and the pool is started again for the next records. A render process that
-hangs (the native layout code stuck, a process stopped) would stall the sender for ever,
-so :meth:`take` waits at most ``timeout_s`` (``settings.worker.email_render_timeout_s``):
-past it the pool's processes are killed (``SIGKILL``, which also ends a stopped one) and
-the pool started again, and the sender renders the pending PDFs itself as for a broken
-pool; logged as an ERROR and counted in ``invoicing_email_render_timeouts_total``.
+the pool), and the pool is started again for the next records.
+
+A render process that hangs (the native layout code stuck, a process stopped) would
+stall the sender for ever, so :meth:`take` waits at most ``timeout_s``
+(``settings.worker.email_render_timeout_s``): past it the pool's processes are killed
+(``SIGKILL``, which also ends a stopped one) and the pool started again, and the sender
+renders the pending PDFs itself as for a broken pool (so a document that hangs the
+renderer hangs the sender's own render, as without a pool, but the ERROR names it);
+logged as an ERROR and counted in ``invoicing_email_render_timeouts_total``. The same
+bound holds at :meth:`close`: a render still running ``timeout_s`` after the stop has
+its process killed, so a hung one never holds the sender's stop.
 
 Why kill the processes ourselves: :class:`~concurrent.futures.ProcessPoolExecutor` has
 no public way to, and its ``shutdown`` (even ``wait=False``) only asks each process to
 stop after its current task, which a hung one never finishes (its executor's thread
 waits on it for ever; ``terminate`` is a ``SIGTERM``, which a stopped process does not
-act on). The executor's own handles on its processes (``_processes``, a CPython detail
-unchanged since 3.8) are killed; tests/unit/documents/test_email_prerender.py checks the
-hung process is gone. Not pebble's ``ProcessPool`` (whose per-task timeout kills the
-worker): a new dependency for twenty lines, and a different failure model (a dead
-worker replaced and one task failed, instead of the broken pool the sender already
-falls back from).
+act on). The executor's own handles on its processes are killed (``_processes``, a
+private CPython attribute, typed in typeshed; the hung-process tests of
+tests/unit/documents/test_email_prerender.py fail if it changes). Not pebble's
+``ProcessPool``, whose per-task timeout does kill the worker: a new dependency for a
+few lines, and a different failure model (a dead worker replaced and one task failed,
+instead of the broken pool the sender already falls back from).
 """
 
 from __future__ import annotations
@@ -45,9 +50,10 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
+from multiprocessing.process import BaseProcess
 
 import psycopg
 from prometheus_client import Counter
@@ -189,7 +195,7 @@ class Prerenderer:
                 self.timeout_s,
             )
             RENDER_TIMEOUTS.inc()
-            self._kill()
+            self._kill(self._running())
             self._restart()
             return None
         try:
@@ -206,11 +212,15 @@ class Prerenderer:
             future.cancel()
         self._pending.clear()
 
-    def _kill(self) -> None:
-        """``SIGKILL`` the pool's processes and wait (up to ``_KILL_WAIT_S`` in all) until
-        they are gone; the executor then fails its pending renders as for a dead process
-        (:class:`BrokenProcessPool`)."""
-        processes = list(self._pool._processes.values())
+    def _running(self) -> list[BaseProcess]:
+        """The pool's processes, by the executor's own handles (none once shut down)."""
+        return list((self._pool._processes or {}).values())
+
+    @staticmethod
+    def _kill(processes: Sequence[BaseProcess]) -> None:
+        """``SIGKILL`` ``processes`` (a pool's) and wait (up to ``_KILL_WAIT_S`` in all)
+        until they are gone; their executor then fails its pending renders as for a dead
+        process (:class:`BrokenProcessPool`)."""
         for process in processes:
             process.kill()
         deadline = time.monotonic() + _KILL_WAIT_S
@@ -225,6 +235,21 @@ class Prerenderer:
         self._pool = self._start()
 
     def close(self) -> None:
-        """Stop the processes (waits for a render in progress)."""
+        """Stop the processes: a render in progress gets up to :attr:`timeout_s` seconds
+        to finish, then its process is killed (a hung render would hold the sender's stop
+        for ever)."""
         self.discard()
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        processes = self._running()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        deadline = time.monotonic() + self.timeout_s
+        for process in processes:
+            process.join(max(0.0, deadline - time.monotonic()))
+        hung = [process for process in processes if process.is_alive()]
+        if hung:
+            logger.error(
+                "%d PDF render process(es) still rendering %.1f s after the stop "
+                "(email_render_timeout_s): killed",
+                len(hung),
+                self.timeout_s,
+            )
+            self._kill(hung)

@@ -1,7 +1,7 @@
 """The email sender's PDFs rendered ahead in processes (streams/apps/email/prerender.py):
 the same bytes, nothing rendered for a record whose email is final, a render failure
-recorded as before, a dead render process replaced, a hung one killed and replaced
-after ``email_render_timeout_s``, and a transient failure giving
+recorded as before, a dead render process replaced, a hung one killed after
+``email_render_timeout_s`` (and replaced, or at the stop), and a transient failure giving
 back every later record of the poll (twins: in-memory Kafka, deliveries, mail, documents;
 the render processes are real)."""
 
@@ -207,6 +207,30 @@ def test_a_hung_render_process_is_killed_after_the_timeout_and_replaced(
         assert set(pool._pool._processes).isdisjoint(p.pid for p in hung)
     finally:
         for process in hung:  # a failed assertion must not leave it stopped
+            if process.is_alive():
+                process.kill()
+        pool.close()
+
+
+def test_a_hung_render_process_does_not_hold_the_stop() -> None:
+    pool = Prerenderer(1, limit=2)
+    hung: list[multiprocessing.process.BaseProcess] = []
+    try:
+        stored, event = numbered(33)
+        ref = document_ref(event)
+        assert pool.submit(stored, ref) and pool.take(ref) is not None  # started, warm
+        hung = list(pool._pool._processes.values())
+        for process in hung:
+            assert process.pid is not None
+            os.kill(process.pid, signal.SIGSTOP)
+        assert pool.submit(stored, ref)  # in the stopped process when the sender stops
+        pool.timeout_s = 0.5
+        started = time.monotonic()
+        pool.close()
+        assert time.monotonic() - started < 0.5 + 5.0  # the timeout, then the kill
+        assert [p.is_alive() for p in hung] == [False] * len(hung)
+    finally:
+        for process in hung:
             if process.is_alive():
                 process.kill()
         pool.close()
