@@ -123,9 +123,16 @@ def _print_usage(body: dict[str, Any]) -> None:
     summary.add_row("pass-through lines", str(pass_through["lines"]))
     for currency, amount in pass_through["amounts"].items():
         summary.add_row(f"pass-through ({currency})", amount)
+    counted: set[str] = set()
     for metric in usage["metered"]:
-        name = metric["metric"] + (f" [{metric['group']}]" if metric.get("group") else "")
-        summary.add_row(f"{name} ({metric['events']} events)", metric["quantity"])
+        group = metric.get("group")
+        name = metric["metric"] + (f" [{group}]" if group else "")
+        # a metric that groups has a row per group value, each with the metric's events:
+        # the count is shown once, on its first row
+        if metric["metric"] not in counted:
+            counted.add(metric["metric"])
+            name += f" ({metric['events']} events{', all groups' if group else ''})"
+        summary.add_row(name, metric["quantity"])
     late = usage["late"]
     if late["pass_through_lines"] or late["metered_events"]:
         summary.add_row(

@@ -86,9 +86,14 @@ def _amounts(sums: Mapping[str, Mapping[str, str]]) -> dict[str, str]:
 
 
 def _metered(usage: Usage) -> tuple[list[MetricQuantity], int]:
+    """One row per metric, or per group value of a metric that groups; and the period's
+    metered events, each counted once (a grouped metric's rows all carry the metric's
+    events, so they are counted per metric, not per row)."""
     merged: dict[str, MetricUsage] = usage.collect(usage.event_days())
     quantities: list[MetricQuantity] = []
+    events = 0
     for code, metric_usage in sorted(merged.items()):
+        events += metric_usage.events
         groups = metric_usage.quantities() or [(None, Decimal(0))]
         for group, quantity in groups:
             quantities.append(
@@ -97,8 +102,9 @@ def _metered(usage: Usage) -> tuple[list[MetricQuantity], int]:
                 )
             )
     for code, count in sorted(usage.unknown_on(usage.event_days()).items()):
+        events += count
         quantities.append(MetricQuantity(metric=code, quantity=Decimal(0), events=count))
-    return quantities, sum(q.events for q in quantities)
+    return quantities, events
 
 
 def _lines(rated: RatedInvoice) -> list[InvoiceLine]:

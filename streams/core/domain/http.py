@@ -32,7 +32,14 @@ class MetricQuantity(_Body):
     metric: str
     group: str | None = None
     quantity: Quantity
-    events: Annotated[int, Field(ge=0)]
+    events: Annotated[
+        int,
+        Field(
+            ge=0,
+            description="The metric's events to date, in all its groups: a metric that "
+            "groups repeats the same number on each group's row.",
+        ),
+    ]
 
 
 class LateUsage(_Body):

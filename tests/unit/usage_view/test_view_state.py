@@ -441,3 +441,35 @@ def test_apply_never_mutates_the_values_it_is_given() -> None:
     for offset, envelope in enumerate([usage("u4", "7", day=4), metered], start=5):
         view.feed(envelope, offset, write="none")
     assert (view.customers, view.periods, view.days, view.ids) == before
+
+
+def test_a_grouped_metric_counts_each_event_once() -> None:
+    """egress_gb groups by region: two regions give two rows, each with its own quantity
+    and the metric's events, and the period's metered events count each event once."""
+    view = View()
+    view.feed(customer(), 0)
+    start = SubscriptionStarted(
+        customer_id="acme",
+        effective_at=datetime(2024, 9, 1, tzinfo=UTC),
+        plan_code="growth",
+        plan_version=1,
+    )
+    view.feed(Envelope.wrap(start, id="s1", source="t"), 1)
+    for offset, (event_id, gb, region) in enumerate(
+        [("m1", "10", "eu"), ("m2", "30", "eu"), ("m3", "5", "us")], start=2
+    ):
+        data = UsageMetered(
+            customer_id="acme",
+            metric="egress_gb",
+            event_time=datetime(2024, 9, 4, 12, tzinfo=UTC),
+            values={"gb": Decimal(gb)},
+            properties={"region": region},
+        )
+        view.feed(Envelope.wrap(data, id=event_id, source="t"), offset)
+    usage_to_date = view.answer("acme").usage
+    rows = [(m.metric, m.group, m.quantity, m.events) for m in usage_to_date.metered]
+    assert rows == [
+        ("egress_gb", "eu", Decimal("40"), 3),
+        ("egress_gb", "us", Decimal("5"), 3),
+    ]
+    assert usage_to_date.metered_events == 3
