@@ -9,6 +9,10 @@ keeps it as the root context's ``obj``; every command takes it from there
 
 from __future__ import annotations
 
+import os
+import signal
+import sys
+
 import typer
 
 from streams.entrypoints import (
@@ -85,6 +89,28 @@ app.add_typer(usage.api_keys_app, name="api-keys", hidden=True)
 app.add_typer(config.app, name="config")
 
 
+#: Exit status when the reader of standard output went away (``invoicing … | head``):
+#: 128 + SIGPIPE, what a shell reports for a tool that SIGPIPE ended.
+EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
+
+
 def main() -> None:
-    """Console-script entry point (``invoicing``)."""
-    app()
+    """Console-script entry point (``invoicing``).
+
+    A reader of standard output that stops early (``invoicing explain INV | head``)
+    ends the command quietly with :data:`EXIT_BROKEN_PIPE`, as it ends a C tool, instead
+    of a ``BrokenPipeError`` traceback (the recipe of Python's documentation, "Note on
+    SIGPIPE" in the ``signal`` module). SIGPIPE itself stays ignored, as Python sets it, so
+    a closed socket in a worker is an error to handle, never the end of the process.
+    """
+    try:
+        try:
+            app()
+        finally:
+            sys.stdout.flush()  # a write that fails here fails inside the try
+    except BrokenPipeError:
+        # Python flushes stdout again at exit; point it at /dev/null so that flush
+        # finds nothing to write and no "Exception ignored" line follows.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        sys.exit(EXIT_BROKEN_PIPE)
