@@ -258,6 +258,7 @@ class EmailSender:
             CommitPoint(
                 consumer,
                 consequence="row already final: the next owner absorbs the redelivery",
+                wait_s=settings.kafka.max_poll_interval_ms / 1000 / 4,  # commit.py
             )
             if consumer is not None
             else None

@@ -71,7 +71,11 @@ class WorkerBase:
         self.stores = stores
         self.consumer = consumer
         self.producer = producer
-        self.commit_point = CommitPoint(self.consumer)
+        # a synchronous commit waits at most a quarter of max.poll.interval.ms, so a
+        # coordinator that never answers never stops the poll loop (commit.py)
+        self.commit_point = CommitPoint(
+            self.consumer, wait_s=settings.kafka.max_poll_interval_ms / 1000 / 4
+        )
         self.dead_letters = DeadLetters(
             self.producer,
             topics.ACCOUNT_EVENTS_DLQ.with_prefix(prefix).name,

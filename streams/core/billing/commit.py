@@ -21,6 +21,17 @@ The other order could lose records: offsets committed, database write lost.
 Auto-commit and offset auto-store are off
 (:func:`streams.adapters.kafka.consumer_config`).
 
+A synchronous offset commit can wait for ever: librdkafka queues it until the
+group coordinator answers, and a coordinator that a broker restart left
+unreachable never does (docs/conventions.md "One commit point"; the Java
+client's ``commitSync()`` without a timeout waits the same way). A consumer whose thread
+waits there stops polling, leaves the group at ``max.poll.interval.ms`` and never
+comes back. So a :class:`CommitPoint` given ``wait_s`` runs each synchronous
+commit on a thread of its own and waits at most ``wait_s``: a commit not answered
+by then is reported as refused (logged, counted) while it goes on waiting, the
+caller's poll loop goes on, and while it waits every later commit is refused at
+once (it would only queue behind it) until it ends.
+
 A refused offset commit (a rebalance in progress, a fenced generation) is
 logged and counted (``invoicing_offset_commit_failures_total``, except the
 replay's progress commits) and reported to the caller as ``False``; the records
@@ -32,6 +43,7 @@ offset catches up even when no later record arrives.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -84,6 +96,8 @@ class CommitPoint:
             will be redelivered").
         counted: count refused commits in ``invoicing_offset_commit_failures_total``
             (False for commits that only record progress).
+        wait_s: the longest a synchronous commit is waited for (seconds; module
+            docstring); None (the default) waits as long as librdkafka does.
     """
 
     def __init__(
@@ -92,10 +106,14 @@ class CommitPoint:
         *,
         consequence: str = "after the database commit: records will be redelivered",
         counted: bool = True,
+        wait_s: float | None = None,
     ) -> None:
         self.consumer = consumer
         self._consequence = consequence
         self._counted = counted
+        self._wait_s = wait_s
+        #: a synchronous commit still waiting after ``wait_s`` (set when it ends)
+        self._waiting: threading.Event | None = None
 
     def commit(self, offsets: Sequence[TopicPartition], *, asynchronous: bool = False) -> bool:
         """Step 2, only after step 1 committed: commit ``offsets`` (next offsets to read).
@@ -109,19 +127,58 @@ class CommitPoint:
         try:
             if asynchronous:
                 self.consumer.commit(offsets=list(offsets), asynchronous=True)
-            else:
+            elif self._wait_s is None:
                 self.consumer.commit(offsets=list(offsets), asynchronous=False)
+            else:
+                return self._commit_waiting_at_most(offsets, self._wait_s)
         except KafkaException as exc:
-            if self._counted:
-                OFFSET_COMMIT_FAILURES.inc()
-            log.warning(
-                "offset commit of %s failed (%s): %s",
-                ", ".join(f"{tp.topic}[{tp.partition}]@{tp.offset}" for tp in offsets),
-                self._consequence,
-                exc.args[0] if exc.args else exc,
-            )
+            self._refused(offsets, str(exc.args[0] if exc.args else exc))
             return False
         return True
+
+    def _commit_waiting_at_most(self, offsets: Sequence[TopicPartition], wait_s: float) -> bool:
+        """A synchronous commit on a thread of its own, waited for at most ``wait_s``.
+
+        Raises:
+            KafkaException: the commit was refused within ``wait_s``.
+        """
+        if self._waiting is not None and not self._waiting.is_set():
+            self._refused(offsets, "an earlier offset commit is still waiting for the coordinator")
+            return False
+        done = threading.Event()
+        failure: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                self.consumer.commit(offsets=list(offsets), asynchronous=False)
+            except BaseException as exc:  # handed to the caller's thread below
+                failure.append(exc)
+            finally:
+                done.set()
+
+        # a daemon: a commit that never returns must not hold the process's exit
+        threading.Thread(target=run, name="offset-commit", daemon=True).start()
+        if not done.wait(wait_s):
+            self._waiting = done
+            self._refused(
+                offsets,
+                f"not answered within {wait_s:g} s (is the group coordinator reachable?); "
+                "it goes on waiting, and the poll loop goes on",
+            )
+            return False
+        if failure:
+            raise failure[0]
+        return True
+
+    def _refused(self, offsets: Sequence[TopicPartition], why: str) -> None:
+        if self._counted:
+            OFFSET_COMMIT_FAILURES.inc()
+        log.warning(
+            "offset commit of %s failed (%s): %s",
+            ", ".join(f"{tp.topic}[{tp.partition}]@{tp.offset}" for tp in offsets),
+            self._consequence,
+            why,
+        )
 
     def write_then_commit(
         self, write: Callable[[], T], offsets: Sequence[TopicPartition]
