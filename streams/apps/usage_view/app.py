@@ -72,6 +72,7 @@ from streams.apps.usage_view.access import (
     forwarded_headers,
 )
 from streams.apps.usage_view.batch import Batch, SourceRecord, current_records, put_key
+from streams.apps.usage_view.event_index import Chunks, EventIndex, parse_chunk_key
 from streams.apps.usage_view.preview import preview
 from streams.apps.usage_view.price_book import PriceBookSource, refresh_for_metrics
 from streams.core.domain.codec import decode
@@ -285,7 +286,13 @@ def create_app(config: ViewConfig, price_books: PriceBookSource, *, keys: KeySto
 
     customers = table("customers", "customer id → customer state (name, currency, subscriptions)")
     periods = table("periods", "customer|period → usage to date of that billing period")
-    event_ids = table("event_ids", "event id → 'digest period partition offset' (dedup)")
+    event_ids = table(
+        "event_ids",
+        "chunks of event ids, one per batch and (partition, period): "
+        "'\\x00partition|period|first offset' → {event id: 'digest period partition offset'}",
+    )
+    #: the lookups of event ids, in memory (streams/apps/usage_view/event_index.py)
+    index = EventIndex()
     usage_days = table("usage_days", "customer|period|day → that day's metered aggregates")
     next_offsets: dict[int, int] = {}
 
@@ -297,10 +304,10 @@ def create_app(config: ViewConfig, price_books: PriceBookSource, *, keys: KeySto
             return exc
 
     def handle(
-        batch: Batch, record: SourceRecord, envelope: Envelope | InvalidEvent
+        batch: Batch, chunks: Chunks, record: SourceRecord, envelope: Envelope | InvalidEvent
     ) -> tuple[str, str]:
-        """Apply ``record`` (decoded as ``envelope``) to ``batch``; returns its
-        ``(event type, outcome)``."""
+        """Apply ``record`` (decoded as ``envelope``) to ``batch`` (the event ids it
+        records to ``index`` and ``chunks``); returns its ``(event type, outcome)``."""
         key, partition, offset = record.key, record.partition, record.offset
         if isinstance(envelope, InvalidEvent):
             exc = envelope
@@ -337,7 +344,7 @@ def create_app(config: ViewConfig, price_books: PriceBookSource, *, keys: KeySto
                 period=batch.get(periods, key_of_period.encode(), partition)
                 if key_of_period
                 else None,
-                seen=batch.get(event_ids, envelope.id.encode(), partition),
+                seen=index.get(partition, envelope.id),
                 book=book,
                 now=datetime.now(UTC),
                 day=batch.get(usage_days, day_key.encode(), partition) if day_key else None,
@@ -363,7 +370,8 @@ def create_app(config: ViewConfig, price_books: PriceBookSource, *, keys: KeySto
         if change.period is not None and change.period_key is not None:
             batch.put(periods, change.period_key.encode(), change.period, partition)
         if change.event_id_value is not None and change.event_id is not None:
-            batch.put(event_ids, change.event_id.encode(), change.event_id_value, partition)
+            index.add(partition, change.event_id, change.event_id_value)
+            chunks.add(partition, change.event_id, change.event_id_value)
         if change.customer is not None:
             batch.put(customers, customer_key, change.customer, partition)
         if change.outcome is state.Outcome.CONFLICT:
@@ -377,10 +385,12 @@ def create_app(config: ViewConfig, price_books: PriceBookSource, *, keys: KeySto
         key once; no ``await`` between the first read and the last write, so no
         rebalance or timer runs in between (docs/usage-api.md, "Throughput")."""
         batch = Batch()
+        chunks = Chunks()
         outcomes: Counter[tuple[str, str]] = Counter()
         for record, envelope in zip(records, envelopes, strict=True):
+            chunks.first_offset(record.partition, record.offset)
             try:
-                outcomes[handle(batch, record, envelope)] += 1
+                outcomes[handle(batch, chunks, record, envelope)] += 1
             except Exception:
                 log.critical(
                     "usage view: crashed on %s[%d]@%d",
@@ -390,6 +400,8 @@ def create_app(config: ViewConfig, price_books: PriceBookSource, *, keys: KeySto
                     exc_info=True,
                 )
                 raise
+        for key, ids, partition in chunks.items():
+            batch.put(event_ids, key, dict(ids), partition)
         for name, count in batch.write().items():
             metrics.VIEW_KEYS_WRITTEN.labels(name).inc(count)
         metrics.VIEW_BATCH_RECORDS.observe(len(records))
@@ -415,6 +427,14 @@ def create_app(config: ViewConfig, price_books: PriceBookSource, *, keys: KeySto
                 # a rebalance came during the look: none of these records is current now
                 current_records(events, app.consumer_generation_id)
                 continue
+            # the ids of the owned partitions, built again after a rebalance from what
+            # faust recovered (streams/apps/usage_view/event_index.py)
+            owned = {
+                tp.partition
+                for tp in app.assignor.assigned_actives()
+                if tp.topic == config.source_topic
+            }
+            index.ensure(event_ids, generation, owned | {r.partition for r in records})
             try:
                 outcomes = apply_batch(records, envelopes)
             except Exception as exc:
@@ -447,7 +467,7 @@ def create_app(config: ViewConfig, price_books: PriceBookSource, *, keys: KeySto
             metrics.VIEW_LAG.labels(str(tp.partition)).set(max(0, int(high) - int(position)))
 
     async def retention() -> None:
-        expire(app, config, customers, periods, event_ids, usage_days)
+        expire(app, config, customers, periods, event_ids, usage_days, index)
 
     app.timer(interval=5.0)(report_lag)
     app.timer(interval=config.cleanup_interval_s)(retention)
@@ -634,6 +654,7 @@ def expire(
     periods: Any,
     event_ids: Any,
     usage_days: Any = None,
+    index: EventIndex | None = None,
 ) -> dict[str, int]:
     """Drop the periods past retention on the partitions this instance owns, their
     event ids, and the period from the customer's list; each deletion is a
@@ -691,14 +712,22 @@ def expire(
             for k, v in periods.items()
             if v is not None and k not in gone
         }
-        for event_id, value in list(event_ids.items()):
+        for key, value in list(event_ids.items()):
             if value is None:
                 continue
-            _, id_period, id_partition, _ = state.parse_seen(value)
-            where = (id_partition, str(id_period))
+            chunk = parse_chunk_key(key)
+            if chunk is not None:  # a batch's chunk of ids (event_index.py)
+                where = (chunk[0], str(chunk[1]))
+                ids = list(value)
+            else:  # one id's key, written before chunks
+                _, id_period, id_partition, _ = state.parse_seen(value)
+                where = (id_partition, str(id_period))
+                ids = [key.decode()]
             if where[0] in owned and where in partition_periods and where not in open_on_partition:
-                _delete(event_ids, event_id, where[0])
-                dropped_ids += 1
+                _delete(event_ids, key, where[0])
+                if index is not None:
+                    index.drop(where[0], ids)
+                dropped_ids += len(ids)
         for customer_id, _dropped in by_customer.items():
             customer = customers.get(customer_id.encode())
             if customer is None:

@@ -19,9 +19,9 @@ table              key                         value
                                                ``MetricUsage`` JSON, and unknown metrics'
                                                counts (a day at a time: an event rewrites
                                                its day, not the whole period)
-``event_ids``      event id (``ce_id``)        ``"<digest> <period> <partition> <offset>"``:
-                                               deduplication by event id (one string:
-                                               the largest table, kept small)
+``event_ids``      ``"\\x00<partition>|<period>|  ``{event id: "<digest> <period> <partition>
+                   <first offset>"``: a chunk  <offset>"}``: deduplication by event id,
+                   per batch (event_index.py)  looked up in memory (the largest table)
 =================  ==========================  ===============================================
 
 Effectively once without Kafka transactions: faust commits source offsets after the

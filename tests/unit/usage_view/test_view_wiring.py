@@ -182,6 +182,42 @@ def test_retention_drops_closed_periods_and_their_ids_with_tombstones_on_their_p
     assert customers[b"a"]["periods"] == ["2024-09"] and customers.sent[0][0] == 3
 
 
+def test_retention_drops_the_chunks_of_ids_of_a_dropped_period_and_forgets_their_ids(
+    tmp_path: Path,
+) -> None:
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from faust.types import TP
+
+    from streams.apps.usage_view import state
+    from streams.apps.usage_view.app import expire
+    from streams.apps.usage_view.event_index import EventIndex, chunk_key
+
+    cfg = replace(config(tmp_path), retain_open=timedelta(days=100_000))
+    customers, periods, ids = FakeTable(), FakeTable(), FakeTable()
+    closed = {"closed_at": "2024-10-01T00:00:00Z", "offset": 9, "reason": "period_closed"}
+    customers[b"a"] = {**state.new_customer("a", 3), "periods": ["2024-08", "2024-09"]}
+    for period in ("2024-08", "2024-09"):
+        periods[state.period_key("a", period).encode()] = {
+            **state.new_period("a", period, 3),
+            "closed": closed if period == "2024-08" else None,
+        }
+        ids[chunk_key(3, period, 1)] = {
+            f"a-{period}-{n}": state.seen_value("d", period, 3, n) for n in (1, 2)
+        }
+    index = EventIndex()
+    index.ensure(ids, 1, {3})
+    app = SimpleNamespace(
+        assignor=SimpleNamespace(assigned_actives=lambda: {TP(cfg.source_topic, 3)})
+    )
+    dropped = expire(app, cfg, customers, periods, ids, None, index)  # type: ignore[arg-type]
+    assert dropped == {"periods": 1, "event_ids": 2, "subscription_events": 0}
+    assert ids.sent == [(3, chunk_key(3, "2024-08", 1), None)]
+    assert chunk_key(3, "2024-09", 1) in ids
+    assert index.get(3, "a-2024-08-1") is None and index.get(3, "a-2024-09-1") is not None
+
+
 def test_retention_bounds_the_subscription_history_of_owned_customers(tmp_path: Path) -> None:
     from dataclasses import replace
     from datetime import UTC, datetime
