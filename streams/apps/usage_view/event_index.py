@@ -66,8 +66,8 @@ class EventIndex:
     """The event ids of the partitions an instance owns, in memory: ``partition →
     {event id: seen value}``, for the consumer-group ``generation`` it was built in.
 
-    Memory: each live id of an owned partition, about 150-200 bytes in the heap
-    (docs/usage-api.md "Memory bounds").
+    Memory: each live id of an owned partition, about 200 bytes in the heap for an id
+    of 25-40 characters (docs/usage-api.md "Memory bounds").
     """
 
     __slots__ = ("_by_partition", "generation")
