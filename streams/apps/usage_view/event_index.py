@@ -7,8 +7,9 @@ per event, where a period's or a day's value is written once per batch, and it
 was 35-40 % of an instance's time (docs/benchmarks.md, "The usage view: where a
 record's time goes").
 
-Now a batch writes, per (partition, period), **one chunk**: the key
-``"\\x00<partition>|<period or ->|<first offset of the partition in the batch>"`` in
+Now a batch writes, per (partition, period), **one chunk** (or one per
+:data:`CHUNK_IDS` ids): the key ``"\\x00<partition>|<period or ->|<first offset of the
+partition in the batch>|<part>"`` in
 the same ``event_ids`` table (no event id holds a control character: the contract's
 text pattern refuses them, so a chunk key never meets an id), and the value
 ``{event id: seen value}`` (:func:`streams.apps.usage_view.state.seen_value`) of the
@@ -40,26 +41,30 @@ from typing import Any
 
 from streams.apps.usage_view import state
 
-__all__ = ["CHUNK_PREFIX", "EventIndex", "chunk_key", "parse_chunk_key"]
+__all__ = ["CHUNK_IDS", "CHUNK_PREFIX", "Chunks", "EventIndex", "chunk_key", "parse_chunk_key"]
 
 #: First byte of a chunk's key; an event id never starts with it.
 CHUNK_PREFIX = b"\x00"
 
-
-def chunk_key(partition: int, period: str | None, first_offset: int) -> bytes:
-    """The ``event_ids`` key of the chunk of the ids a batch recorded for ``period``
-    (None: events of no period) on ``partition``, the batch's first record of that
-    partition at ``first_offset``."""
-    return CHUNK_PREFIX + f"{partition}|{period or '-'}|{first_offset}".encode()
+#: Most ids in one chunk: about 100 KB of JSON, far below a changelog record's limit
+#: (the broker's ``message.max.bytes``, 1 MB by default) whatever the batch size.
+CHUNK_IDS = 1_000
 
 
-def parse_chunk_key(key: bytes) -> tuple[int, str | None, int] | None:
-    """``(partition, period or None, first offset)`` of a chunk key; None for the key of
-    one event id."""
+def chunk_key(partition: int, period: str | None, first_offset: int, part: int = 0) -> bytes:
+    """The ``event_ids`` key of the ``part``-th chunk of the ids a batch recorded for
+    ``period`` (None: events of no period) on ``partition``, the batch's first record of
+    that partition at ``first_offset``."""
+    return CHUNK_PREFIX + f"{partition}|{period or '-'}|{first_offset}|{part}".encode()
+
+
+def parse_chunk_key(key: bytes) -> tuple[int, str | None, int, int] | None:
+    """``(partition, period or None, first offset, part)`` of a chunk key; None for the key
+    of one event id."""
     if not key.startswith(CHUNK_PREFIX):
         return None
-    partition, period, first = key[1:].decode().split("|")
-    return int(partition), None if period == "-" else period, int(first)
+    partition, period, first, part = key[1:].decode().split("|")
+    return int(partition), None if period == "-" else period, int(first), int(part)
 
 
 class EventIndex:
@@ -148,6 +153,10 @@ class Chunks:
         self._ids.setdefault((partition, period), {})[event_id] = seen
 
     def items(self) -> Iterable[tuple[bytes, Mapping[str, str], int]]:
-        """``(chunk key, {event id: seen value}, partition)`` of each chunk."""
+        """``(chunk key, {event id: seen value}, partition)`` of each chunk, at most
+        :data:`CHUNK_IDS` ids each."""
         for (partition, period), ids in self._ids.items():
-            yield chunk_key(partition, period, self._first[partition]), ids, partition
+            pairs = list(ids.items())
+            for part, start in enumerate(range(0, len(pairs), CHUNK_IDS)):
+                key = chunk_key(partition, period, self._first[partition], part)
+                yield key, dict(pairs[start : start + CHUNK_IDS]), partition

@@ -18,6 +18,7 @@ from faust.types import TP
 from streams.apps.usage_view import state
 from streams.apps.usage_view.batch import on_partition
 from streams.apps.usage_view.event_index import (
+    CHUNK_IDS,
     Chunks,
     EventIndex,
     chunk_key,
@@ -30,10 +31,21 @@ from tests.unit.usage_view.test_view_state import NOW, View
 
 def test_chunk_keys_round_trip_and_never_meet_an_event_id() -> None:
     key = chunk_key(7, "2024-09", 1234)
-    assert key == b"\x007|2024-09|1234"
-    assert parse_chunk_key(key) == (7, "2024-09", 1234)
-    assert parse_chunk_key(chunk_key(0, None, 0)) == (0, None, 0)
+    assert key == b"\x007|2024-09|1234|0"
+    assert parse_chunk_key(key) == (7, "2024-09", 1234, 0)
+    assert parse_chunk_key(chunk_key(0, None, 0, 3)) == (0, None, 0, 3)
     assert parse_chunk_key(b"u-acme-1") is None  # one event id's key
+
+
+def test_a_batch_of_many_ids_is_written_in_chunks_of_at_most_chunk_ids() -> None:
+    chunks = Chunks()
+    chunks.first_offset(2, 40)
+    for n in range(CHUNK_IDS * 2 + 5):
+        chunks.add(2, f"e{n}", state.seen_value("d", "2024-09", 2, 40 + n))
+    written = list(chunks.items())
+    assert [key for key, _, _ in written] == [chunk_key(2, "2024-09", 40, p) for p in range(3)]
+    assert [len(ids) for _, ids, _ in written] == [CHUNK_IDS, CHUNK_IDS, 5]
+    assert {e for _, ids, _ in written for e in ids} == {f"e{n}" for n in range(CHUNK_IDS * 2 + 5)}
 
 
 def _rocksdb_table(tmp_path: Path, owned: set[int]) -> Any:
