@@ -289,7 +289,7 @@ def create_app(config: ViewConfig, price_books: PriceBookSource, *, keys: KeySto
     event_ids = table(
         "event_ids",
         "chunks of event ids, one per batch and (partition, period): "
-        "'\\x00partition|period|first offset' → {event id: 'digest period partition offset'}",
+        "'\\x00partition|period|first offset|part' → {event id: 'digest period partition offset'}",
     )
     #: the lookups of event ids, in memory (streams/apps/usage_view/event_index.py)
     index = EventIndex()
