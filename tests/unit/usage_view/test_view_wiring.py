@@ -152,7 +152,7 @@ def test_retention_drops_closed_periods_and_their_ids_with_tombstones_on_their_p
     from faust.types import TP
 
     from streams.apps.usage_view import state
-    from streams.apps.usage_view.app import expire
+    from streams.apps.usage_view.retention import expire
 
     # the open period is kept (retain_open far away), the closed one is past retain_closed
     cfg = replace(config(tmp_path), retain_open=timedelta(days=100_000))
@@ -191,8 +191,8 @@ def test_retention_drops_the_chunks_of_ids_of_a_dropped_period_and_forgets_their
     from faust.types import TP
 
     from streams.apps.usage_view import state
-    from streams.apps.usage_view.app import expire
     from streams.apps.usage_view.event_index import EventIndex, chunk_key
+    from streams.apps.usage_view.retention import expire
 
     cfg = replace(config(tmp_path), retain_open=timedelta(days=100_000))
     customers, periods, ids = FakeTable(), FakeTable(), FakeTable()
@@ -226,7 +226,7 @@ def test_retention_bounds_the_subscription_history_of_owned_customers(tmp_path: 
     from faust.types import TP
 
     from streams.apps.usage_view import state
-    from streams.apps.usage_view.app import expire
+    from streams.apps.usage_view.retention import expire
     from streams.core.domain.events import SubscriptionChanged
 
     cfg = replace(config(tmp_path), retain_open=timedelta(days=400))
