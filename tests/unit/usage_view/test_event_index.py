@@ -26,7 +26,7 @@ from streams.apps.usage_view.event_index import (
 )
 from streams.apps.usage_view.scenario import ScenarioConfig, events
 from streams.core.domain.events import Envelope, UsageRecorded
-from tests.unit.usage_view.test_view_state import NOW, View
+from tests.unit.usage_view.test_view_state import View
 
 
 def test_chunk_keys_round_trip_and_never_meet_an_event_id() -> None:
@@ -102,42 +102,28 @@ class ChunkedView(View):
         self.table: dict[bytes, Any] = {}
         self.index = EventIndex()
         self.generation = 0
+        self._chunks = Chunks()
 
     def rebalance(self) -> None:
         self.generation += 1
+
+    def seen(self, partition: int, event_id: str) -> str | None:
+        return self.index.get(partition, event_id)
+
+    def record_id(self, partition: int, event_id: str, value: str) -> None:
+        self.index.add(partition, event_id, value)
+        self._chunks.add(partition, event_id, value)
 
     def feed_batch(
         self, batch: list[tuple[Envelope, int]], partition: int = 0, *, keep_chunks: bool = True
     ) -> None:
         self.index.ensure(self.table, self.generation, {partition})
-        chunks = Chunks()
+        self._chunks = Chunks()
         for envelope, offset in batch:
-            chunks.first_offset(partition, offset)
-            period = state.event_period(envelope.data)
-            key = state.period_key(envelope.subject, period) if period else None
-            change = state.apply(
-                envelope,
-                partition=partition,
-                offset=offset,
-                customer=self.customers.get(envelope.subject),
-                period=self.periods.get(key) if key else None,
-                seen=self.index.get(partition, envelope.id),
-                book=self.book,
-                now=NOW,
-                day=self.days.get(state.usage_day_key(envelope.subject, envelope.data) or ""),
-            )
-            if change.day is not None and change.day_key:
-                self.days[change.day_key] = change.day
-            if change.period is not None and change.period_key:
-                self.periods[change.period_key] = change.period
-            if change.event_id_value is not None and change.event_id:
-                self.index.add(partition, change.event_id, change.event_id_value)
-                chunks.add(partition, change.event_id, change.event_id_value)
-            if change.customer is not None:
-                self.customers[envelope.subject] = change.customer
-            self.outcomes.append(change.outcome)
+            self._chunks.first_offset(partition, offset)
+            self.feed(envelope, offset, partition)
         if keep_chunks:
-            for chunk, ids, _ in chunks.items():
+            for chunk, ids, _ in self._chunks.items():
                 self.table[chunk] = dict(ids)
 
 

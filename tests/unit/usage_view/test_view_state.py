@@ -59,7 +59,7 @@ class View:
             offset=offset,
             customer=self.customers.get(envelope.subject),
             period=self.periods.get(key) if key else None,
-            seen=self.ids.get(envelope.id),
+            seen=self.seen(partition, envelope.id),
             book=self.book,
             now=NOW,
             day=self.days.get(state.usage_day_key(envelope.subject, envelope.data) or ""),
@@ -70,11 +70,18 @@ class View:
         if change.period is not None and change.period_key and write in ("all", "period"):
             self.periods[change.period_key] = change.period
         if change.event_id_value is not None and change.event_id and write in ("all", "ids"):
-            self.ids[change.event_id] = change.event_id_value
+            self.record_id(partition, change.event_id, change.event_id_value)
         if change.customer is not None and write in ("all", "customer"):
             self.customers[envelope.subject] = change.customer
         self.outcomes.append(change.outcome)
         return change
+
+    def seen(self, partition: int, event_id: str) -> str | None:
+        """The ``event_ids`` value of ``event_id`` (one key per event here)."""
+        return self.ids.get(event_id)
+
+    def record_id(self, partition: int, event_id: str, value: str) -> None:
+        self.ids[event_id] = value
 
     def answer(self, customer: str, period: BillingPeriod = PERIOD) -> Any:
         period_state = self.periods.get(state.period_key(customer, str(period)))
