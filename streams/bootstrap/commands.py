@@ -15,18 +15,25 @@ from typing import TYPE_CHECKING
 import redis
 
 from streams.adapters.lease import DEFAULT_KEY_PREFIX
-from streams.apps.importers.close_period import DEFAULT_SCAN_MARGIN, CloseSummary, close_period
+from streams.apps.importers.close_period import (
+    DEFAULT_SCAN_MARGIN,
+    CloseSummary,
+    close_period,
+    workers_committed,
+)
 from streams.apps.importers.events_import import EventsImportSummary, import_events
 from streams.apps.importers.focus_import import (
     FLUSH_TIMEOUT_S,
     IMPORT_PRODUCER_OVERRIDES,
     ImportSummary,
+    account_events_topic,
     import_focus,
 )
 from streams.bootstrap.clients import (
     connection,
     postgres_pool,
     producer,
+    reader,
     redis_client,
     scan_consumer,
 )
@@ -89,7 +96,8 @@ def run_close_period(
     lease_key_prefix: str = DEFAULT_KEY_PREFIX,
 ) -> CloseSummary:
     """:func:`streams.apps.importers.close_period.close_period` with its clients: a pool of 1-2
-    connections (``close-period``), a Redis client, a producer and :func:`scan_consumer`;
+    connections (``close-period``), a Redis client, a producer, :func:`scan_consumer` and
+    the invoicing workers' committed offsets (a :func:`reader` of ``worker.invoicing_group``);
     the pool and the Redis client are closed after the run. Same errors."""
     with (
         contextlib.closing(
@@ -104,6 +112,10 @@ def run_close_period(
             redis_conn=redis_conn,
             pool=pool,
             scan_consumer=lambda: scan_consumer(settings),
+            stored_offsets=workers_committed(
+                lambda: reader(settings, settings.worker.invoicing_group),
+                account_events_topic(settings),
+            ),
             lease_ttl_s=lease_ttl_s,
             progress=progress,
             holder=holder,

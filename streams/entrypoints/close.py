@@ -48,10 +48,11 @@ def close_period_command(
     console.print(
         f"[{style}]close-period {summary.period}[/] on {summary.topic}: "
         f"{len(summary.customers)} customers ({summary.from_topic} from the topic, "
-        f"{summary.from_db} from usage_lines), {summary.markers_produced} markers delivered, "
+        f"{summary.from_db} from the database), {summary.markers_produced} markers delivered, "
         f"{summary.newly_requested} newly requested, {summary.already_requested} already "
         f"requested; lease {summary.lease_name} token {summary.fencing_token}; "
-        f"{summary.scanned_records} records scanned ({summary.undecodable_records} invalid); "
+        f"{summary.scanned_records} records scanned ({summary.undecodable_records} invalid), "
+        f"{summary.stored_records} already stored by the workers and not read; "
         f"{summary.elapsed_s:.2f}s"
     )
     for failure in summary.delivery_failures:

@@ -459,6 +459,10 @@ TABLES: Final[Mapping[str, Mapping[str, Privileges]]] = {
     },
     "invoice_holds": {
         "worker": Privileges(select=ALL, insert=ALL),
+        # close-period closes the customers held for a record of the period (migration 0026).
+        "close": Privileges(
+            select=("customer_id", "billing_period", "source_topic", "released_at")
+        ),
         "replay": Privileges(select=ALL),
         "operator": Privileges(select=ALL),
         # holds release marks a hold released, nothing else.

@@ -24,12 +24,19 @@ Steps, in this order:
    for a day of it: a subscriber owes its fixed fee without any usage).
    Decision: the union of two sources, because neither is complete alone.
 
-   * *The topic.* The import's usage lives on Kafka and may not have reached
-     the database yet. The run scans the account-events topic from
-     ``offsets_for_times(period start - scan_margin)`` (default margin 7 days)
-     to the end offsets read when the scan starts, with a consumer that joins
-     no group and commits nothing (assign + seek; ``enable.auto.commit=false``;
-     a unique group id), and keeps the customers of every valid
+   * *The topic, only what the workers have not stored.* The import's usage
+     lives on Kafka and may not have reached the database yet. The run reads
+     each partition from the later of ``offsets_for_times(period start -
+     scan_margin)`` (default margin 7 days) and the invoicing workers'
+     committed offset (``stored_offsets``: below it every record is stored or
+     dead-lettered, since a worker commits offsets only after the database
+     transaction that wrote them) to the end offsets read when the scan
+     starts, with a consumer that joins no group and commits nothing (assign +
+     seek; ``enable.auto.commit=false``; a unique group id). When the workers
+     have caught up, as at a month-end close after the imports, it reads
+     nothing: the command costs a few requests per partition and the database
+     queries, whatever the topic holds (docs/decisions/0011-close-by-stored-offsets.md).
+     It keeps the customers of every valid
      ``usage.recorded`` whose ``billing_period`` is the period and every
      ``usage.metered`` whose event time is in it, and the subscription events
      it reads. Record
@@ -43,6 +50,8 @@ Steps, in this order:
      scanned subscription events) puts a plan version on a day of the period:
      this covers usage and subscriptions produced before the scan window, and
      keeps a test's topic from picking up another environment's customers.
+     Customers with an open hold of the period from the topic are added (a
+     record of the period that a worker dead-lettered is in neither source).
 
    Records that do not decode are counted (the workers dead-letter them) and do
    not close anyone's period.
@@ -132,8 +141,10 @@ __all__ = [
     "CloseAborted",
     "ClosePeriodRun",
     "CloseSummary",
+    "StoredOffsets",
     "close_period",
     "lease_name_for",
+    "workers_committed",
 ]
 
 #: CloudEvents ``source`` of the markers.
@@ -160,6 +171,8 @@ class CloseSummary:
         customers: every customer whose period was closed, sorted.
         from_topic / from_db: customers found by the topic scan / in ``usage_lines``.
         scanned_records: records read by the scan; ``undecodable_records`` of them invalid.
+        stored_records: records of the scan window below the invoicing workers' committed
+            offsets, which the run did not read (their customers come from the database).
         newly_requested / already_requested: ``close_requests`` rows inserted / found.
         markers_produced: markers Kafka confirmed.
         delivery_failures: markers Kafka did not confirm.
@@ -177,6 +190,7 @@ class CloseSummary:
     from_db: int
     scanned_records: int
     undecodable_records: int
+    stored_records: int
     newly_requested: int
     already_requested: int
     markers_produced: int
@@ -205,6 +219,7 @@ class CloseSummary:
             "from_db": self.from_db,
             "scanned_records": self.scanned_records,
             "undecodable_records": self.undecodable_records,
+            "stored_records": self.stored_records,
             "newly_requested": self.newly_requested,
             "already_requested": self.already_requested,
             "markers_produced": self.markers_produced,
@@ -246,6 +261,37 @@ class _Scan:
     )
     records: int = 0
     undecodable: int = 0
+    #: records of the window below the workers' committed offsets, not read
+    stored: int = 0
+
+
+#: partitions → each one's committed offset in the invoicing workers' group (absent: none)
+StoredOffsets = Callable[[list[int]], dict[int, int]]
+
+
+def workers_committed(reader: Callable[[], Consumer], topic: str) -> StoredOffsets:
+    """The :data:`StoredOffsets` of the group ``reader()`` names (its ``group.id``, the
+    invoicing workers' ``worker.invoicing_group``): the consumer is built when the offsets
+    are asked for, makes one OffsetFetch, and is closed. A reader joins no group and commits
+    nothing (:func:`streams.adapters.kafka.reader_config`).
+
+    Below a partition's committed offset every record is stored or dead-lettered: the
+    worker commits offsets only after the database transaction that wrote (or
+    dead-lettered) them (docs/conventions.md "One commit point").
+
+    Raises:
+        KafkaException: the group coordinator did not answer within 10 s.
+    """
+
+    def offsets(partitions: list[int]) -> dict[int, int]:
+        consumer = reader()
+        try:
+            found = consumer.committed([TopicPartition(topic, p) for p in partitions], timeout=10)
+        finally:
+            consumer.close()
+        return {tp.partition: tp.offset for tp in found if tp.error is None and tp.offset >= 0}
+
+    return offsets
 
 
 def _scan_topic(
@@ -255,9 +301,13 @@ def _scan_topic(
     margin: timedelta,
     lease: Lease,
     progress: Progress | None,
+    stored_offsets: StoredOffsets | None = None,
 ) -> _Scan:
-    """Customers with ``usage.recorded`` of ``period`` from ``period.start - margin`` to the end,
-    read with ``consumer`` (assigned here, closed at the end)."""
+    """Customers with ``usage.recorded`` of ``period`` from ``period.start - margin``, or from
+    the invoicing workers' committed offset where that is later (what precedes it is
+    stored: :func:`_customers_in_db` finds it), to the end, read with ``consumer``
+    (assigned here, closed at the end). Without ``stored_offsets``, or when the workers'
+    offsets cannot be read, the whole window is read."""
     scan = _Scan()
     try:
         metadata = consumer.list_topics(topic, timeout=10)
@@ -266,6 +316,7 @@ def _scan_topic(
         starts = _offsets_for_times(
             consumer, [TopicPartition(topic, p, start_ms) for p in partitions]
         )
+        stored = _read_stored(stored_offsets, topic, partitions)
         ends: dict[int, int] = {}
         assignment: list[TopicPartition] = []
         for tp in starts:
@@ -275,17 +326,23 @@ def _scan_topic(
                 TopicPartition(topic, tp.partition), timeout=10, cached=False
             )
             start = tp.offset if tp.offset >= 0 else high  # -1: nothing at or after the time
+            through = min(stored.get(tp.partition, -1), high)
+            if through > start:  # stored below ``through``: found in the database
+                scan.stored += through - start
+                start = through
             if start < high:
                 ends[tp.partition] = high
                 assignment.append(TopicPartition(topic, tp.partition, start))
         total = sum(ends[tp.partition] - tp.offset for tp in assignment)
         task = progress.add_task(f"scan {topic}", total=total) if progress else None
         logger.info(
-            "close-period %s: scanning %d records of %s from %s",
+            "close-period %s: scanning %d records of %s from %s (%d records below the "
+            "workers' committed offsets are found in the database instead)",
             period,
             total,
             topic,
             (period.start - margin).isoformat(),
+            scan.stored,
         )
         if not assignment:
             return scan
@@ -340,6 +397,24 @@ def _scan_topic(
         return scan
     finally:
         consumer.close()
+
+
+def _read_stored(
+    stored_offsets: StoredOffsets | None, topic: str, partitions: list[int]
+) -> dict[int, int]:
+    """The workers' committed offsets, or none (a whole-window scan) when they cannot be read."""
+    if stored_offsets is None:
+        return {}
+    try:
+        return stored_offsets(partitions)
+    except KafkaException as exc:
+        logger.warning(
+            "close-period: the invoicing workers' committed offsets on %s could not be read "
+            "(%s); scanning the whole window instead",
+            topic,
+            exc,
+        )
+        return {}
 
 
 #: Errors of a partition whose leadership is still settling (right after the topic was
@@ -416,13 +491,15 @@ def _billable_customer(msg: Any, period: str, scan: _Scan) -> str | None:
 
 
 def _customers_in_db(pool: ConnectionPool, period: str, topic: str, scan: _Scan) -> set[str]:
-    """Customers of the period the database knows: usage lines, metered events, and a
-    subscription in effect for a day of the period (the stored history and the
+    """Customers of the period the database knows: usage lines, metered events, an open hold
+    of the period (a record of it was dead-lettered), and a subscription in effect for a
+    day of the period (the stored history and the
     scanned events together, deduplicated by event id, in partition order: a
     subscriber owes its fixed fee without any usage)."""
     with pool.connection() as conn:
         found = store.usage.customers_with_usage(conn, period, topic)
         found |= store.metering.customers_with_metered(conn, period, topic)
+        found |= store.holds.customers_held_in_period(conn, period, topic)
         history = store.metering.subscription_history(conn, topic)
     billing_period = BillingPeriod.parse(period)
     for customer in set(history) | set(scan.subscriptions):
@@ -462,6 +539,7 @@ def close_period(
     holder: str | None = None,
     scan_margin: timedelta = DEFAULT_SCAN_MARGIN,
     lease_key_prefix: str = DEFAULT_KEY_PREFIX,
+    stored_offsets: StoredOffsets | None = None,
 ) -> CloseSummary:
     """Close ``period`` for every customer with usage in it (see the module doc for the steps).
 
@@ -479,6 +557,9 @@ def close_period(
         holder: the lease holder's name (default ``<host>:<pid>:close-period``).
         scan_margin: how far before the period's start the topic scan begins.
         lease_key_prefix: Redis key prefix of the lease (tests use their own).
+        stored_offsets: the invoicing workers' committed offsets
+            (:func:`workers_committed`); the scan starts at them where they are later
+            than the window's start. None: the whole window is scanned.
 
     Returns:
         The :class:`CloseSummary`; check :attr:`CloseSummary.ok`.
@@ -513,7 +594,7 @@ def close_period(
         with progress_bar(progress) as bar:
             summary = _run(
                 lease, billing_period, topic, scan_consumer, producer, pool, bar, scan_margin,
-                started,
+                started, stored_offsets,
             )  # fmt: skip
     except BaseException:
         with contextlib.suppress(LeaseLost):  # reported by release(); keep the cause
@@ -544,6 +625,7 @@ def _run(
     bar: Progress | None,
     scan_margin: timedelta,
     started: float,
+    stored_offsets: StoredOffsets | None,
 ) -> CloseSummary:
     text = str(period)
     scan = _Scan()
@@ -565,6 +647,7 @@ def _run(
             from_db=len(from_db),
             scanned_records=scan.records,
             undecodable_records=scan.undecodable,
+            stored_records=scan.stored,
             newly_requested=new_count,
             already_requested=len(marker_ids) - new_count,
             markers_produced=tracker.delivered[BillingPeriodClosed.event_type],
@@ -574,7 +657,7 @@ def _run(
         )
 
     try:
-        scan = _scan_topic(scan_consumer(), topic, period, scan_margin, lease, bar)
+        scan = _scan_topic(scan_consumer(), topic, period, scan_margin, lease, bar, stored_offsets)
         from_db = _customers_in_db(pool, text, topic, scan)
         customers = sorted(scan.customers | from_db)
         logger.info(

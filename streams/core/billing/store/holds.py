@@ -21,7 +21,13 @@ from psycopg.rows import class_row, scalar_row
 from streams.core.billing.rows import Hold, SourceCoordinates
 from streams.core.billing.store.text import safe_text
 
-__all__ = ["has_open_hold", "held_customers", "open_holds", "record_hold"]
+__all__ = [
+    "customers_held_in_period",
+    "has_open_hold",
+    "held_customers",
+    "open_holds",
+    "record_hold",
+]
 
 
 def record_hold(
@@ -92,5 +98,21 @@ def held_customers(conn: psycopg.Connection[Any], billing_period: str) -> set[st
                 "SELECT DISTINCT customer_id FROM invoice_holds WHERE released_at IS NULL "
                 "AND (billing_period = %s OR billing_period IS NULL)",
                 (billing_period,),
+            ).fetchall()
+        )
+
+
+def customers_held_in_period(
+    conn: psycopg.Connection[Any], billing_period: str, topic: str
+) -> set[str]:
+    """Customers with an unreleased hold naming ``billing_period`` that a record of ``topic``
+    caused: a record of the period the workers dead-lettered instead of storing
+    (close-period closes them, and the worker finds them held)."""
+    with conn.cursor(row_factory=scalar_row) as cur:
+        return set(
+            cur.execute(
+                "SELECT DISTINCT customer_id FROM invoice_holds WHERE released_at IS NULL "
+                "AND billing_period = %s AND source_topic = %s",
+                (billing_period, topic),
             ).fetchall()
         )
