@@ -20,7 +20,7 @@ from typing import Any
 import psycopg
 import pytest
 import redis
-from confluent_kafka import Consumer, Message, Producer
+from confluent_kafka import Consumer, Message, Producer, TopicPartition
 from prometheus_client import REGISTRY
 from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool
@@ -218,6 +218,102 @@ def test_usage_lines_of_the_same_topic_join_the_scan(
         (f"db-only-{unique}",),
     ).fetchone()
     assert row == (close_marker_id(f"db-only-{unique}", "2024-09"), summary.fencing_token)
+
+
+def commit_as_group(settings: Settings, group: str, offsets: dict[int, int]) -> None:
+    """Commit ``offsets`` (partition → next offset) for ``group`` on the account-events topic,
+    as the invoicing workers commit after storing what precedes them."""
+    committer = bootstrap.reader(settings, group)
+    try:
+        committer.commit(
+            offsets=[TopicPartition(topic_of(settings), p, o) for p, o in offsets.items()],
+            asynchronous=False,
+        )
+    finally:
+        committer.close()
+
+
+def test_the_scan_reads_only_what_the_workers_have_not_stored(
+    prefixed: Settings,
+    pool: ConnectionPool,
+    producer: Producer,
+    redis_conn: redis.Redis,
+    pg: psycopg.Connection[TupleRow],
+    unique: str,
+) -> None:
+    """Below the workers' committed offsets the run reads nothing and takes the customers
+    from the database; above them it reads the records. Here the "workers" (a group of
+    the test's own) committed every record of partitions 0-5 and stored their customers'
+    usage; partitions 6-11 were not stored, so only they are read."""
+    imported = import_focus(SAMPLE, prefixed, producer=producer, progress=False)
+    assert imported.ok and imported.produced == 1000
+    topic = topic_of(prefixed)
+    messages = drain(prefixed.kafka, topic, expected=1073, timeout_s=60)  # and 73 customers
+    assert len(messages) == 1073
+    customers_on: dict[int, set[str]] = defaultdict(set)
+    records_on: dict[int, int] = defaultdict(int)
+    for msg in messages:
+        envelope = decode(msg.key(), msg.value(), headers_of(msg))
+        partition = msg.partition()
+        assert partition is not None
+        records_on[partition] += 1
+        if isinstance(envelope.data, UsageRecorded) and envelope.data.billing_period == "2024-09":
+            customers_on[partition].add(envelope.data.customer_id)
+    stored_partitions = range(6)
+    group = f"test-close-workers-{unique}"
+    commit_as_group(prefixed, group, {p: records_on[p] for p in stored_partitions})
+    for p in stored_partitions:
+        for customer in customers_on[p]:
+            insert_usage(pg, topic, customer, "2024-09", 1)
+    held = f"held-{unique}"  # a record of the period dead-lettered: only its hold is stored
+    pg.execute(
+        "INSERT INTO invoice_holds (customer_id, billing_period, reason, source_topic, "
+        "source_partition, source_offset) VALUES (%s, '2024-09', 'test', %s, 0, 0)",
+        (held, topic),
+    )
+    stored_offsets = close_period_module.workers_committed(
+        lambda: bootstrap.reader(prefixed, group), topic
+    )
+
+    summary = close_period(
+        "2024-09", prefixed, producer=producer, redis_conn=redis_conn, pool=pool,
+        scan_consumer=scan_consumer_of(prefixed), stored_offsets=stored_offsets,
+        lease_ttl_s=5, progress=False,
+    )  # fmt: skip
+
+    assert summary.ok, summary.delivery_failures
+    stored = sum(records_on[p] for p in stored_partitions)
+    assert (summary.stored_records, summary.scanned_records) == (stored, 1073 - stored)
+    assert set(summary.customers) == sample_customers_by_period()["2024-09"] | {held}
+    assert summary.from_topic == sum(len(customers_on[p]) for p in range(6, 12))
+    assert summary.from_db == sum(len(customers_on[p]) for p in stored_partitions) + 1
+
+    # Every partition stored, the first run's markers handled too: nothing is read.
+    watermarks = bootstrap.reader(prefixed, group)
+    try:
+        ends = {
+            p: watermarks.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+            for p in range(12)
+        }
+    finally:
+        watermarks.close()
+    assert sum(ends.values()) == 1073 + len(summary.customers)
+    commit_as_group(prefixed, group, ends)
+    for p in range(6, 12):
+        for customer in customers_on[p]:
+            insert_usage(pg, topic, customer, "2024-09", 2)
+    again = close_period(
+        "2024-09", prefixed, producer=producer, redis_conn=redis_conn, pool=pool,
+        scan_consumer=scan_consumer_of(prefixed), stored_offsets=stored_offsets,
+        lease_ttl_s=5, progress=False,
+    )  # fmt: skip
+    assert again.ok
+    assert (again.stored_records, again.scanned_records, again.from_topic) == (
+        sum(ends.values()),
+        0,
+        0,
+    )
+    assert again.customers == summary.customers
 
 
 def test_a_held_lease_refuses_the_run_names_the_holder_and_emits_nothing(

@@ -147,6 +147,27 @@ def test_focus_sample_end_to_end_exactly_once(pipeline: Pipeline) -> None:
     assert len(list_messages(p.maildir)) == len(nonzero) + 1
 
 
+def test_a_close_after_the_workers_stored_everything_reads_no_record(pipeline: Pipeline) -> None:
+    """The month-end order: the imports are stored, then the period is closed. The close
+    reads no record of the topic (its customers come from the database, below the
+    workers' committed offsets) and every customer is invoiced once."""
+    p = pipeline
+    assert run_import_focus(SAMPLE, p.settings, progress=False).produced == 1000
+    p.workers.start("invoicing", 2)
+    p.workers.start("email", 1)
+    wait_for_no_lag(p.settings.kafka, p.settings.worker.invoicing_group, p.topic)
+    first, *others = EXPECTED.periods
+    summary = run_close_period(first, p.settings, progress=False)
+    assert summary.ok
+    assert (summary.scanned_records, summary.from_topic) == (0, 0)
+    assert summary.stored_records == 1073  # 1,000 usage lines and 73 customers
+    assert set(summary.customers) == {c for c, period in EXPECTED.sums if period == first}
+    for period in others:
+        run_close_period(period, p.settings, progress=False)
+    wait_invoiced_and_emailed(p, 73)
+    assert len(invoice_rows(p)) == 73
+
+
 def test_one_worker_and_three_workers_give_the_same_invoices(
     settings: Settings, unique: str, tmp_path: Path
 ) -> None:
