@@ -26,7 +26,6 @@ from streams.apps.importers.focus_import import (
     FLUSH_TIMEOUT_S,
     IMPORT_PRODUCER_OVERRIDES,
     ImportSummary,
-    account_events_topic,
     import_focus,
 )
 from streams.bootstrap.clients import (
@@ -113,8 +112,7 @@ def run_close_period(
             pool=pool,
             scan_consumer=lambda: scan_consumer(settings),
             stored_offsets=workers_committed(
-                lambda: reader(settings, settings.worker.invoicing_group),
-                account_events_topic(settings),
+                lambda: reader(settings, settings.worker.invoicing_group)
             ),
             lease_ttl_s=lease_ttl_s,
             progress=progress,

@@ -272,7 +272,7 @@ def test_the_scan_reads_only_what_the_workers_have_not_stored(
         (held, topic),
     )
     stored_offsets = close_period_module.workers_committed(
-        lambda: bootstrap.reader(prefixed, group), topic
+        lambda: bootstrap.reader(prefixed, group)
     )
 
     summary = close_period(

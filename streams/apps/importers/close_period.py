@@ -265,11 +265,12 @@ class _Scan:
     stored: int = 0
 
 
-#: partitions → each one's committed offset in the invoicing workers' group (absent: none)
-StoredOffsets = Callable[[list[int]], dict[int, int]]
+#: (topic, partitions) → each partition's committed offset in the invoicing workers' group
+#: (absent: none)
+StoredOffsets = Callable[[str, list[int]], dict[int, int]]
 
 
-def workers_committed(reader: Callable[[], Consumer], topic: str) -> StoredOffsets:
+def workers_committed(reader: Callable[[], Consumer]) -> StoredOffsets:
     """The :data:`StoredOffsets` of the group ``reader()`` names (its ``group.id``, the
     invoicing workers' ``worker.invoicing_group``): the consumer is built when the offsets
     are asked for, makes one OffsetFetch, and is closed. A reader joins no group and commits
@@ -283,7 +284,7 @@ def workers_committed(reader: Callable[[], Consumer], topic: str) -> StoredOffse
         KafkaException: the group coordinator did not answer within 10 s.
     """
 
-    def offsets(partitions: list[int]) -> dict[int, int]:
+    def offsets(topic: str, partitions: list[int]) -> dict[int, int]:
         consumer = reader()
         try:
             found = consumer.committed([TopicPartition(topic, p) for p in partitions], timeout=10)
@@ -406,7 +407,7 @@ def _read_stored(
     if stored_offsets is None:
         return {}
     try:
-        return stored_offsets(partitions)
+        return stored_offsets(topic, partitions)
     except KafkaException as exc:
         logger.warning(
             "close-period: the invoicing workers' committed offsets on %s could not be read "
