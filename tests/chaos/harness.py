@@ -84,6 +84,7 @@ from streams.core.domain.events import (
 )
 from streams.core.domain.money import round_money
 from streams.devtools.sandbox.processes import WorkerProcess
+from streams.devtools.stack.layout import Layout
 from streams.devtools.stack.maildir import list_messages
 from streams.devtools.stack.manager import Stack
 from streams.settings import Settings
@@ -1024,7 +1025,20 @@ def outbox_path(pipeline: Pipeline) -> str:
         parts.append(f"connector {name}: HTTP {response.status_code} {response.text[:3000]}")
     except httpx.HTTPError as exc:
         parts.append(f"connector {name} unavailable: {exc}")
-    return "; ".join(parts)
+    return "; ".join(parts) + connect_group_history(pipeline.settings)
+
+
+def connect_group_history(settings: Settings, last: int = 8) -> str:
+    """The Connect worker's last ``last`` group events from its log (joins with their
+    assignment and rebalance delay, revocations): why a connector is UNASSIGNED."""
+    log = Layout(settings.stack.home, settings.stack.state_dir).log("connect")
+    try:
+        lines = log.read_text(errors="replace").splitlines()
+    except OSError as exc:
+        return f"\nconnect log unavailable: {exc}"
+    marks = ("Joined group at generation", "Revoking previous assignment", "rebalance delay")
+    events = [line[:600] for line in lines if any(m in line for m in marks)][-last:]
+    return "\n----- connect group events -----\n" + "\n".join(events)
 
 
 def wait_connector_running(pipeline: Pipeline, workload: Workload, timeout_s: float = 90.0) -> None:

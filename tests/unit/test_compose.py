@@ -177,6 +177,8 @@ def test_connect_group_matches_settings(compose: dict[str, Any]) -> None:
         "STATUS_STORAGE_REPLICATION_FACTOR",
     ):
         assert env[key] == "1"
+    # One worker: lost connectors come back at once (docs/architecture.md).
+    assert env["CONNECT_SCHEDULED_REBALANCE_MAX_DELAY_MS"] == "0"
 
 
 def test_pinned_versions_agree_with_the_pom(compose: dict[str, Any]) -> None:

@@ -75,6 +75,17 @@ def test_plain_settings_render_plain_configs(tmp_path: Path) -> None:
     assert "SASL_SSL" not in (layout.conf / "connect-distributed.properties").read_text()
 
 
+def test_the_one_connect_worker_gets_its_lost_connectors_back_at_once(tmp_path: Path) -> None:
+    """docs/architecture.md "Kafka Connect after a broker outage": without this line a
+    broker outage can leave the outbox connector UNASSIGNED for five minutes."""
+    settings = Settings.model_validate({"stack": {"home": str(tmp_path)}})
+    layout = Layout(tmp_path)
+    layout.ensure()
+    svc.prepare_connect(layout, settings)
+    worker = (layout.conf / "connect-distributed.properties").read_text().splitlines()
+    assert "scheduled.rebalance.max.delay.ms=0" in worker
+
+
 def test_the_sink_requires_starttls_and_auth(
     tls_env: tuple[Settings, tls.TlsFiles], monkeypatch: pytest.MonkeyPatch
 ) -> None:

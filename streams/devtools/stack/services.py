@@ -556,6 +556,11 @@ def prepare_connect(layout: Layout, settings: Settings) -> None:
                 "offset.storage.partitions=5",
                 "status.storage.partitions=3",
                 "offset.flush.interval.ms=1000",
+                # One worker: a connector it lost while the broker was away (its group
+                # membership expired) is given back at once, not after the 5 min that
+                # incremental cooperative rebalancing waits for a departed worker by
+                # default (docs/architecture.md "Kafka Connect after a broker outage").
+                "scheduled.rebalance.max.delay.ms=0",
                 f"listeners=http://{url.hostname}:{url.port}",
                 f"rest.advertised.host.name={url.hostname}",
                 f"rest.advertised.port={url.port}",
