@@ -104,7 +104,11 @@ class WorkerSettings(BaseModel):
         5000,
         description="Largest number of records the invoicing worker handles per poll: one transaction and one offset commit per poll batch (docs/decisions/0010-batch-first-ingest.md).",
     )
-    max_jobs: int = Field(4, description="Invoice jobs running at once per worker process.")
+    max_jobs: int = Field(
+        8,
+        ge=1,
+        description="Invoice jobs running at once per worker process. Twice `tax.max_concurrency` by default, so that jobs reading or writing the database overlap the tax calls of others and the tax slots stay busy (docs/architecture.md \"Long jobs\").",
+    )
     email_render_processes: int = Field(
         2,
         ge=0,

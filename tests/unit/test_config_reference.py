@@ -60,7 +60,7 @@ def test_every_leaf_setting_has_a_row_with_env_and_meaning() -> None:
         assert f"`{key}`" in page and f"`{row.env}`" in page
     assert rows["postgres.worker.password"].env == "INVOICING_POSTGRES__WORKER__PASSWORD"
     assert rows["view.store"].type == '"rocksdb" | "memory"'
-    assert rows["worker.max_jobs"].default == "4"
+    assert rows["worker.max_jobs"].default == "8"
     # a computed default reads the same on every machine (no local path)
     assert rows["stack.home"].default.startswith("computed: ")
     assert str(ROOT) not in page
