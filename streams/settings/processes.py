@@ -107,7 +107,7 @@ class WorkerSettings(BaseModel):
     max_jobs: int = Field(
         8,
         ge=1,
-        description="Invoice jobs running at once per worker process. Twice `tax.max_concurrency` by default, so that jobs reading or writing the database overlap the tax calls of others and the tax slots stay busy (docs/architecture.md \"Long jobs\").",
+        description='Invoice jobs running at once per worker process. Twice `tax.max_concurrency` by default, so that jobs reading or writing the database overlap the tax calls of others and the tax slots stay busy (docs/architecture.md "Long jobs").',
     )
     email_render_processes: int = Field(
         2,

@@ -99,6 +99,9 @@ class WorkerBase:
         self.stats: dict[str, int] = defaultdict(int)
         #: close marker event id → invoice jobs that met another writer's tax document
         self._contended: dict[str, int] = defaultdict(int)
+        #: partition → (its state, token, records) to handle at the next poll before
+        #: anything fetched: what was read ahead of a marker whose job succeeded
+        self._ready: dict[int, tuple[PartitionState, fencing.FencingToken, list[rows.Record]]] = {}
 
     # ------------------------------------------------------------------ partition state
 

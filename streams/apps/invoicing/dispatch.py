@@ -22,7 +22,7 @@ from streams.apps.invoicing.base import WorkerBase
 from streams.apps.invoicing.jobs import JobResult, Outcome, run_invoice_job
 from streams.apps.invoicing.letters import build
 from streams.apps.invoicing.metrics import HOLDS, INVOICES, RECORDS
-from streams.apps.invoicing.partitions import InvoiceJob
+from streams.apps.invoicing.partitions import Ahead, InvoiceJob
 from streams.core.billing import fencing, rows
 from streams.core.billing.commit import write_fenced
 from streams.core.billing.metrics import FENCING_REFUSALS
@@ -56,6 +56,10 @@ class DispatchMixin(WorkerBase):
 
     def _job_done(self, partition: int, result: JobResult) -> None:
         marker = result.marker
+        state = self.partitions.get(partition)
+        ahead = state.ahead if state is not None else None
+        if state is not None:
+            state.ahead = None  # used below on success only; every other path seeks back
         INVOICES.labels(result.outcome.value).inc()
         self.stats[f"invoice_{result.outcome.value}"] += 1
         owned = self._owned(partition)
@@ -97,7 +101,31 @@ class DispatchMixin(WorkerBase):
         self._track_draft(partition, result)
         self._commit(partition, marker.source.offset + 1)
         self.partitions[partition].rewind_to = None
-        self._resume(partition, marker.source.offset + 1)
+        self._go_on(partition, marker, ahead)
+
+    def _go_on(self, partition: int, marker: rows.CloseMarker, ahead: Ahead | None) -> None:
+        """Resume the partition after ``marker``'s successful job.
+
+        The records its poll delivered after the marker (``ahead``, kept under the same
+        token) are its next records: seek past them, resume, and hand them to the next
+        batch, before anything fetched (fetching them again took a fetch round trip per
+        marker, docs/architecture.md "Long jobs"). Without them, or if the seek fails,
+        the partition restarts right after the marker, as always."""
+        state = self.partitions[partition]
+        after = marker.source.offset + 1
+        if (
+            ahead is None
+            or ahead.token != state.token
+            or ahead.marker_offset != marker.source.offset
+        ):
+            self._resume(partition, after)
+            return
+        self._resume(partition, ahead.records[-1].offset + 1)
+        if state.resume_pending:  # kept paused: read them again from after the marker
+            state.rewind_at_most(after)
+            return
+        self._ready[partition] = (state, ahead.token, ahead.records)
+        self.stats["records_read_ahead"] += len(ahead.records)
 
     def _track_draft(self, partition: int, result: JobResult) -> None:
         """Keep the partition's open drafts in step with a job's outcome: a close that

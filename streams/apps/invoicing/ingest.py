@@ -51,6 +51,7 @@ from streams.apps.invoicing.decoding import (
 from streams.apps.invoicing.drafts import DraftsMixin
 from streams.apps.invoicing.letters import DeadLetter, build
 from streams.apps.invoicing.metrics import BISECTIONS, FAILURES, HOLDS, RECORDS
+from streams.apps.invoicing.partitions import Ahead
 from streams.core.billing import fencing, rows
 from streams.core.billing.dead_letters import DeadLetterError, Delivery
 from streams.core.billing.failures import Disposition, Failure
@@ -136,6 +137,14 @@ class IngestMixin(DraftsMixin):
                 data.lease_fencing_token,
             )
             self._start_marker(partition, run.token, close, msg.offset in known.get(partition, {}))
+            state = self.partitions.get(partition)
+            if state is not None and state.job is not None:
+                # what this poll delivered after the marker: its job's success hands
+                # them to the next batch (dispatch.py `_go_on`), else they are read again
+                msgs = by_partition[partition]
+                at = len(run.items)  # decode_run stopped at the marker
+                rest = msgs[at + 1 :] if msgs[at].offset == msg.offset else []
+                state.ahead = Ahead(run.token, msg.offset, rest) if rest else None
 
     def _known(self, suspects: dict[int, list[int]]) -> dict[int, dict[int, rows.DeadLetterRecord]]:
         """The ``dead_letters`` rows of ``suspects`` (partition → offsets), one short read

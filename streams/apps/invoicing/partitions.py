@@ -6,7 +6,9 @@ one dict, partition → state). Records of a partition are processed only while
 its state holds a ``token`` (claimed, not fenced) and it has no job in flight
 and no backoff running; otherwise the partition is paused, and ``rewind_to``
 says where it restarts (records fetched while paused are dropped and fetched
-again, never skipped).
+again, never skipped). The one exception: the records a poll delivered after a close
+marker are kept with its job (:attr:`PartitionState.ahead`) and, when the job
+succeeds, handed to the next batch instead of being fetched again.
 """
 
 from __future__ import annotations
@@ -18,9 +20,9 @@ from datetime import datetime
 
 from streams.apps.invoicing.jobs import JobResult
 from streams.core.billing.fencing import FencingToken
-from streams.core.billing.rows import CloseMarker
+from streams.core.billing.rows import CloseMarker, Record
 
-__all__ = ["FINALIZE_RETRY_S", "InvoiceJob", "PartitionState"]
+__all__ = ["FINALIZE_RETRY_S", "Ahead", "InvoiceJob", "PartitionState"]
 
 #: Seconds before the grace timer produces a draft's finalisation marker again (the
 #: first one was held, or is still on its way).
@@ -35,6 +37,16 @@ class InvoiceJob:
     token: FencingToken
     cancel: threading.Event
     future: Future[JobResult]
+
+
+@dataclass(frozen=True)
+class Ahead:
+    """The records one poll delivered after the close marker at ``marker_offset``, in
+    the consumer's order, kept while the marker's job runs under ``token``."""
+
+    token: FencingToken
+    marker_offset: int
+    records: list[Record]
 
 
 @dataclass
@@ -64,6 +76,10 @@ class PartitionState:
             owner produced the finalisation marker of the draft (the timer does not
             produce another before :data:`FINALIZE_RETRY_S`).
         rerate: customers whose late usage was stored since the last re-rating.
+        ahead: the records fetched after the marker of the job in flight (the same
+            poll), or None. Used only if that job succeeds under the same token:
+            then they are the partition's next records; on every other outcome the
+            partition seeks back and fetches them again.
     """
 
     partition: int
@@ -79,6 +95,7 @@ class PartitionState:
     drafts_loaded: bool = False
     finalize_requested: dict[tuple[str, str], float] = field(default_factory=dict)
     rerate: set[str] = field(default_factory=set)
+    ahead: Ahead | None = None
 
     @property
     def owned(self) -> bool:

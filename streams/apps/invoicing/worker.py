@@ -71,7 +71,12 @@ from streams.core.billing.rows import Record
 
 log = logging.getLogger("streams.apps.invoicing.worker")
 
-__all__ = ["ACCOUNT_EVENT_TYPES", "InvoicingWorker"]
+__all__ = ["ACCOUNT_EVENT_TYPES", "JOB_POLL_S", "InvoicingWorker"]
+
+#: Seconds the poll waits at most while invoice jobs run: a finished job is collected
+#: (and its partition's next marker started) within this (docs/architecture.md "Long
+#: jobs"). Each empty poll costs microseconds of the poll thread.
+JOB_POLL_S = 0.01
 
 #: The former name of a batch (the tests of the dead-letter paths build one).
 _Batch = Batch
@@ -222,9 +227,10 @@ class InvoicingWorker(IngestMixin):
     def poll_once(self, timeout_s: float = 0.5) -> None:
         """One iteration: job results, pending claims and backoffs, then one poll.
 
-        While invoice jobs run, the poll waits at most 50 ms so that a finished
-        job's partition is resumed promptly (the next marker of that partition
-        waits for it); otherwise up to ``timeout_s``.
+        While invoice jobs run, the poll waits at most :data:`JOB_POLL_S` so that a
+        finished job's partition is resumed promptly (the next marker of that
+        partition waits for it); not at all when records read ahead of a finished
+        job's marker wait to be handled; otherwise up to ``timeout_s``.
         """
         self._collect_jobs()
         self._retry_claims()
@@ -233,8 +239,15 @@ class InvoicingWorker(IngestMixin):
         self._retry_resumes()
         self._load_drafts()
         self._grace_timers()
-        messages = self._fetch(min(timeout_s, 0.05) if self._jobs() else timeout_s)
+        wait = min(timeout_s, JOB_POLL_S) if self._jobs() else timeout_s
+        messages = self._fetch(0.0 if self._ready else wait)  # records in hand: no wait
         by_partition: dict[int, list[Record]] = defaultdict(list)
+        ready, self._ready = self._ready, {}
+        for partition, (state, token, records) in ready.items():
+            # still ours under the token they were read with (the fetch ran the
+            # rebalance callbacks): they come first, what was fetched follows them
+            if self.partitions.get(partition) is state and state.token == token:
+                by_partition[partition].extend(records)
         for msg in messages:
             err = msg.error()
             if err is not None:
