@@ -413,20 +413,23 @@ def test_owner_paused_past_session_timeout_loses_the_partition_and_its_job(
 
     workers = p.workers.start("invoicing", 2, extra_env={"INVOICING_TAX__READ_TIMEOUT_S": "300"})
     p.workers.start("email", 1)
-    claims = wait_claimed(p, members=2)
-    owner_member = claims[partition][1]
-    claim_line = re.compile(
-        rf"claimed \S+\[{partition}\] at generation \d+ as {re.escape(owner_member)}"
-    )
-    owner = next(w for w in workers if claim_line.search(w.log.read_text(errors="replace")))
-    other = next(w for w in workers if w is not owner)
-
+    wait_claimed(p, members=2)
     produce_customers(p, {customer: 3})
     run_close_period(PERIOD, p.settings, progress=False)
     deadline = time.monotonic() + 30
     while not p.tax.admin.requests():
         assert time.monotonic() < deadline, p.worker_logs()
         time.sleep(0.1)
+    # The owner is the member whose claim the job runs under, read now that the job is in
+    # its tax call: claims read before the close may predate the second round of a
+    # cooperative rebalance (a partition revoked from one member and not yet claimed by
+    # the other still names the first).
+    owner_member = fences(p)[partition][1]
+    claim_line = re.compile(
+        rf"claimed \S+\[{partition}\] at generation \d+ as {re.escape(owner_member)}"
+    )
+    owner = next(w for w in workers if claim_line.search(w.log.read_text(errors="replace")))
+    other = next(w for w in workers if w is not owner)
     owner.process.send_signal(signal.SIGSTOP)
     try:
         # The group evicts the frozen member after the session timeout; the other
