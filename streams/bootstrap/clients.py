@@ -19,14 +19,15 @@ from psycopg_pool import ConnectionPool
 
 from streams.adapters.connect import connector_status
 from streams.adapters.kafka import make_consumer, make_producer, make_reader
-from streams.adapters.tax.cache import RedisTaxCache
-from streams.adapters.tax.client import HttpTaxService
-from streams.apps.ops.status import StatusSources
 from streams.settings import RoleName, Settings
 from streams.settings.credentials import refuse_default_credentials
 
-if TYPE_CHECKING:  # imported when called: the demo and the drill pull in the fake services
-    pass
+if TYPE_CHECKING:
+    # Imported when called, not at import: a command that needs no tax service and no
+    # status view (close-period, import) starts without them (docs/benchmarks.md "The
+    # end of a command").
+    from streams.adapters.tax.client import HttpTaxService
+    from streams.apps.ops.status import StatusSources
 
 
 def postgres_pool(
@@ -94,6 +95,9 @@ def tax_service(
 ) -> HttpTaxService:
     """The HTTP tax client, with the Redis result/rate cache when ``redis_conn`` is given
     (``quotes_from_cached_rates``: see :class:`~streams.adapters.tax.client.HttpTaxService`)."""
+    from streams.adapters.tax.cache import RedisTaxCache
+    from streams.adapters.tax.client import HttpTaxService
+
     cache = (
         RedisTaxCache(redis_conn, ttl_s=settings.tax.cache_ttl_s)
         if redis_conn is not None
@@ -191,6 +195,8 @@ def outbox_connector_status(settings: Settings) -> dict[str, Any] | None:
 
 def status_sources(settings: Settings) -> StatusSources:
     """What ``invoicing status`` reads through (:class:`streams.apps.ops.status.StatusSources`)."""
+    from streams.apps.ops.status import StatusSources
+
     return StatusSources(
         database=lambda: connection(settings, role="operator", connect_timeout_s=5),
         consumer=lambda group_id: reader(settings, group_id),

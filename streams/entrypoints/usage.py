@@ -11,7 +11,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import httpx
 import typer
 from rich.table import Table
 
@@ -85,6 +84,8 @@ def usage_command(
 ) -> None:
     """Usage to date and the upcoming invoice of CUSTOMER, from the usage view's API.
     Exit 1 when the customer is unknown, 2 for a bad period or an unreachable view."""
+    import httpx  # here, not at import: every other command starts without it
+
     from streams.apps.usage_view.app import usage_path
     from streams.bootstrap import usage_client
 
