@@ -92,9 +92,11 @@ def tax_service(
     redis_conn: redis.Redis | None = None,
     *,
     quotes_from_cached_rates: bool = True,
+    quotes_from_learned_rates: bool = False,
 ) -> HttpTaxService:
     """The HTTP tax client, with the Redis result/rate cache when ``redis_conn`` is given
-    (``quotes_from_cached_rates``: see :class:`~streams.adapters.tax.client.HttpTaxService`)."""
+    (``quotes_from_cached_rates``, ``quotes_from_learned_rates``: see
+    :class:`~streams.adapters.tax.client.HttpTaxService`)."""
     from streams.adapters.tax.cache import RedisTaxCache
     from streams.adapters.tax.client import HttpTaxService
 
@@ -104,7 +106,10 @@ def tax_service(
         else None
     )
     return HttpTaxService(
-        settings.tax, cache=cache, quotes_from_cached_rates=quotes_from_cached_rates
+        settings.tax,
+        cache=cache,
+        quotes_from_cached_rates=quotes_from_cached_rates,
+        quotes_from_learned_rates=quotes_from_learned_rates,
     )
 
 

@@ -229,11 +229,14 @@ def replay_clients(
     tax: TaxService | None = None,
 ) -> Iterator[ReplayClients]:
     """The clients of a replay run: the given ones, the others built from ``settings``
-    (a pool of ``tax.max_concurrency + 1`` connections: a dry run compares that many
-    customers at once, :func:`streams.apps.replay.run.compare_customers`; Redis, the HTTP tax client with its Redis cache — whose
-    quotes never come from cached rates: a replay prices with the rates the service
-    applies now, or a rate change would not show as a difference) and closed when the
-    block ends; consumers are made per group by the run (and closed by it)."""
+    and closed when the block ends: a pool of ``tax.max_concurrency + 1`` connections (a
+    dry run compares that many customers at once,
+    :func:`streams.apps.replay.run.compare_customers`); Redis; the HTTP tax client with
+    its Redis cache, whose quotes never come from cached rates (a replay prices with the
+    rates the service applies now, or a rate change would not show as a difference) but
+    from the rates this run's own answers taught it
+    (docs/decisions/0100-replay-quotes-from-the-runs-rates.md). Consumers are made per
+    group by the run (and closed by it)."""
     from streams.apps.replay.run import ReplayClients
 
     with ExitStack() as owned:
@@ -250,7 +253,12 @@ def replay_clients(
             redis_conn = redis_client(settings)
             owned.callback(redis_conn.close)
         if tax is None:
-            http_tax = tax_service(settings, redis_conn, quotes_from_cached_rates=False)
+            http_tax = tax_service(
+                settings,
+                redis_conn,
+                quotes_from_cached_rates=False,
+                quotes_from_learned_rates=True,
+            )
             owned.callback(http_tax.close)
             tax = http_tax
 

@@ -488,3 +488,59 @@ def test_requests_are_counted_by_outcome(server: FakeTaxProcess) -> None:
         "replay": 1,
         "retryable_status": 1,
     }
+
+
+# --------------------------------------------------------------------------- rates learned
+
+
+def _quote(tax: HttpTaxService, key: str, doc: list[TaxLine]) -> list[TaxedLine]:
+    return tax.calculate(
+        idempotency_key=key, customer_id="c1", currency="USD", lines=doc, commit=False
+    )
+
+
+def test_quotes_from_learned_rates_equal_the_services_and_skip_the_call(
+    server: FakeTaxProcess,
+) -> None:
+    """A quote whose every (region, tax code) this object has seen answered is computed
+    locally, equal to what the service answers for it; a quote with a new region, and
+    every committed document, still go to the service."""
+    first, second, other_region, committed = new_key(), new_key(), new_key(), new_key()
+    doc = [
+        TaxLine("a", Decimal("12.34"), "us-west-2", None),
+        TaxLine("b", Decimal("0.07"), "eu-west-1", None),
+    ]
+    later = [TaxLine("z", Decimal("1234.5678"), "eu-west-1", None), *doc]
+    with (
+        HttpTaxService(settings_for(server.url), quotes_from_learned_rates=True) as learned,
+        HttpTaxService(settings_for(server.url)) as plain,
+    ):
+        _quote(learned, first, doc)
+        local = _quote(learned, second, later)
+        assert records(server, second) == []  # computed locally
+        assert local == _quote(plain, new_key(), later)  # the service's answer
+        _quote(learned, other_region, [TaxLine("c", Decimal("5"), "ap-south-1", None)])
+        assert len(records(server, other_region)) == 1
+        learned.calculate(idempotency_key=committed, customer_id="c1", currency="USD", lines=doc)
+        assert [r.outcome for r in records(server, committed)] == ["ok"]
+
+
+def test_rates_are_learned_per_client_object_so_a_new_run_sees_a_changed_rate(
+    server: FakeTaxProcess,
+) -> None:
+    """The table lives in the object: a rate changed after it learned is not seen by it,
+    and is seen by the next object (a replay makes one per run). Without the option a
+    quote always asks the service."""
+    doc = [TaxLine("a", Decimal("100"), "us-west-2", None)]
+    with HttpTaxService(settings_for(server.url), quotes_from_learned_rates=True) as run1:
+        before = _quote(run1, new_key(), doc)
+        server.admin.configure(rate_overrides={"US-WA": "0.2"})
+        assert _quote(run1, new_key(), doc) == before
+    with HttpTaxService(settings_for(server.url), quotes_from_learned_rates=True) as run2:
+        after = _quote(run2, new_key(), doc)
+    assert after[0].rate == Decimal("0.2") and after[0].tax == Decimal("20.0")
+    assert after != before
+    with HttpTaxService(settings_for(server.url)) as plain:
+        key = new_key()
+        _quote(plain, key, doc)
+        assert len(records(server, key)) == 1

@@ -112,6 +112,14 @@ class HttpTaxService:
             ``cache_ttl_s`` (7 days) would hide a rate change from its comparison
             (docs/decisions/0092-replay-and-released-holds.md). Its answers still refresh
             the cache.
+        quotes_from_learned_rates: compute a quote from the rates **this object** learned
+            from the service's own answers (documents and :meth:`rate` calls that reached
+            the service, never the cache) when every line's rate is among them. Default
+            False. The replay passes True with ``quotes_from_cached_rates=False``: it makes
+            one client per run, so its quotes use rates no older than the run, the
+            service's answer for the first document of each (region, tax code) and the same
+            per-line arithmetic as a quote from cached rates (``wire.tax_of``)
+            (docs/decisions/0100-replay-quotes-from-the-runs-rates.md).
 
     Thread-safe: one object serves every worker thread of a process.
     """
@@ -124,10 +132,14 @@ class HttpTaxService:
         client: httpx.Client | None = None,
         sleep: Callable[[float], None] = time.sleep,
         quotes_from_cached_rates: bool = True,
+        quotes_from_learned_rates: bool = False,
     ) -> None:
         self._settings = settings
         self._cache = cache
         self._quotes_from_cached_rates = quotes_from_cached_rates
+        #: Rates from this object's own answers (``quotes_from_learned_rates``), else None.
+        self._learned: dict[RateKey, Rate] | None = {} if quotes_from_learned_rates else None
+        self._learned_lock = threading.Lock()
         self._owns_client = client is None
         self._client = client or httpx.Client(
             base_url=settings.url,
@@ -184,6 +196,13 @@ class HttpTaxService:
         wire.check_document(idempotency_key, customer_id, lines)
         if not lines:
             return []
+        if not commit and self._learned is not None:
+            with self._learned_lock:
+                known = dict(self._learned)
+            quoted = _quote_from_rates(known, lines)
+            if quoted is not None:
+                logger.debug("tax quote of %d lines computed from this run's rates", len(lines))
+                return quoted
         fingerprint = wire.document_fingerprint(customer_id, currency, lines)
         if self._cache is not None:
             if commit:
@@ -203,13 +222,13 @@ class HttpTaxService:
                 wire.chunk_key(idempotency_key, index), customer_id, currency, commit, chunk
             )
             results.extend(self._send(request))
+        answered: dict[RateKey, Rate] = {
+            (ln.region_id, ln.tax_code): Rate(t.tax_code, t.rate)
+            for ln, t in zip(lines, results, strict=True)
+        }
+        self._learn(answered)
         if self._cache is not None:
-            self._cache.put_rates(
-                {
-                    (ln.region_id, ln.tax_code): Rate(t.tax_code, t.rate)
-                    for ln, t in zip(lines, results, strict=True)
-                }
-            )
+            self._cache.put_rates(answered)
             if commit:
                 self._cache.put_document(idempotency_key, fingerprint, results)
         return results
@@ -239,27 +258,28 @@ class HttpTaxService:
             return found
 
         found = self._with_retries(what, None, attempt)
+        self._learn({key: found})
         if self._cache is not None:
             self._cache.put_rates({key: found})
         return found
 
     # ----------------------------------------------------------------- internals
 
+    def _learn(self, rates: dict[RateKey, Rate]) -> None:
+        """Keep the service's answered rates (``quotes_from_learned_rates`` only)."""
+        if self._learned is not None:
+            with self._learned_lock:
+                self._learned.update(rates)
+
     @staticmethod
     def _quote_from_cached_rates(
         cache: TaxCache, lines: Sequence[TaxLine]
     ) -> list[TaxedLine] | None:
-        keys: list[RateKey] = [(ln.region_id, ln.tax_code) for ln in lines]
-        rates = cache.get_rates(keys)
-        if len(rates) < len(set(keys)):
-            return None
-        logger.debug("tax quote of %d lines computed from cached rates", len(lines))
-        return [
-            TaxedLine(
-                ln.line_id, rates[k].tax_code, rates[k].rate, wire.tax_of(ln.amount, rates[k].rate)
-            )
-            for ln, k in zip(lines, keys, strict=True)
-        ]
+        rates = cache.get_rates({(ln.region_id, ln.tax_code) for ln in lines})
+        quoted = _quote_from_rates(rates, lines)
+        if quoted is not None:
+            logger.debug("tax quote of %d lines computed from cached rates", len(lines))
+        return quoted
 
     def _send(self, request: wire.DocumentRequest) -> list[TaxedLine]:
         key = request.idempotency_key
@@ -377,6 +397,23 @@ class HttpTaxService:
             ) from None
         replay = response.headers.get(wire.REPLAYED_HEADER, "").lower() == "true"
         return data, replay
+
+
+def _quote_from_rates(
+    rates: dict[RateKey, Rate], lines: Sequence[TaxLine]
+) -> list[TaxedLine] | None:
+    """The quote of ``lines`` from ``rates`` (each line's tax ``wire.tax_of(amount,
+    rate)``, in the currency's units), or None when a line's (region, tax code) is not in
+    ``rates``."""
+    taxed: list[TaxedLine] = []
+    for ln in lines:
+        found = rates.get((ln.region_id, ln.tax_code))
+        if found is None:
+            return None
+        taxed.append(
+            TaxedLine(ln.line_id, found.tax_code, found.rate, wire.tax_of(ln.amount, found.rate))
+        )
+    return taxed
 
 
 def _error_text(response: httpx.Response) -> str:
