@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from decimal import Decimal
+from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
 
-from streams.apps.replay.rebuild import Coordinates, PeriodRebuild
+from streams.apps.replay.rebuild import Coordinates, PeriodRebuild, fast_usage_line, usage_line
 from streams.core.domain.codec import encode
 from streams.core.domain.errors import InvalidPeriod
 from streams.core.domain.events import (
@@ -16,7 +18,8 @@ from streams.core.domain.events import (
     Envelope,
     UsageRecorded,
 )
-from streams.core.domain.fastcodec import FastUsage, decode_usage
+from streams.core.domain.fastcodec import FastUsage, decode_usage, usage_data
+from tests.unit.test_fastcodec import usage_records
 
 TOPIC = "t.billing.account-events.v1"
 WHEN = datetime(2024, 9, 3, tzinfo=UTC)
@@ -163,3 +166,32 @@ def test_other_bytes_of_the_same_fact_are_a_duplicate_not_a_conflict() -> None:
     rb.add_fast_usage(*_fast(usage("e1", "1.50"), written_again), at(2))
     assert rb.conflicts == [] and rb.duplicates == 1
     assert [line.amount for line in rb.usage_by_customer()["c1"]] == [Decimal("1.5")]
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(usage_records())
+def test_a_fast_records_line_equals_the_line_of_its_model(
+    drawn: tuple[bytes | None, bytes | None, list[Any], bool],
+) -> None:
+    """The rebuild builds the usage line of a fast-decoded record straight from its values;
+    it is the line built from the model the reference gives for the same values."""
+    key, value, headers, _ = drawn
+    fast = decode_usage(key, value, headers)
+    if fast is None:
+        return
+    at = Coordinates("t", 3, 17)
+    assert fast_usage_line(fast, at) == usage_line(fast.event_id, usage_data(fast), at)
+
+
+def test_usage_by_customer_is_the_same_through_the_fast_path() -> None:
+    """The same records taken fast and taken as models give the same lines per customer."""
+    fast_rebuild, model_rebuild = PeriodRebuild("2024-09"), PeriodRebuild("2024-09")
+    for i in range(6):
+        enc = encode(usage(f"u{i}", f"{i}.25", customer=f"c{i % 2}"))
+        at = Coordinates("t", i % 2, i)
+        found = decode_usage(enc.key, enc.value, list(enc.headers))
+        assert found is not None
+        fast_rebuild.add_fast_usage(found, enc.value, at)
+        model_rebuild.add(usage(f"u{i}", f"{i}.25", customer=f"c{i % 2}"), at)
+    assert fast_rebuild.usage_by_customer() == model_rebuild.usage_by_customer()
+    assert sum(len(v) for v in fast_rebuild.usage_by_customer().values()) == 6
