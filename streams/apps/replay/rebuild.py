@@ -371,12 +371,14 @@ def fast_usage_line(fast: FastUsage, at: Coordinates) -> UsageLine:
     without the model (equal lines: ``tests/unit/test_replay_rebuild.py``)."""
     values = fast.values
     quantity = values[4]
+    # The first four values are required fields: the fast path vouches only for records
+    # that have them (text, never None); str() states it for the type checker.
     return UsageLine(
         event_id=fast.event_id,
-        customer_id=values[0],
-        billing_period=values[1],
-        amount=Decimal(values[2]),
-        currency=values[3],
+        customer_id=str(values[0]),
+        billing_period=str(values[1]),
+        amount=Decimal(str(values[2])),
+        currency=str(values[3]),
         quantity=None if quantity is None else Decimal(quantity),
         unit=values[5],
         description=values[9],
