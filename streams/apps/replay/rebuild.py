@@ -324,7 +324,7 @@ class PeriodRebuild:
             if kept.data is None and kept.fast is not None:  # no model per line on this path
                 line = fast_usage_line(kept.fast, kept.at)
             else:
-                data = self._period_data(kept)
+                data = kept.usage()
                 if data is None:
                     continue
                 line = usage_line(event_id, data, kept.at)
