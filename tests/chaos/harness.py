@@ -59,6 +59,8 @@ import os
 import random
 import re
 import signal
+import subprocess
+import sys
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -528,7 +530,7 @@ def wait_settled(
         timeout_s,
         detail=lambda: (
             f"progress {progress(pipeline, workload)}\n{outbox_path(pipeline)}\n"
-            f"{pipeline.worker_logs()}"
+            f"{pipeline.worker_logs()}{worker_stacks(pipeline)}"
         ),
     )
     kafka = pipeline.settings.kafka
@@ -1026,6 +1028,30 @@ def outbox_path(pipeline: Pipeline) -> str:
     except httpx.HTTPError as exc:
         parts.append(f"connector {name} unavailable: {exc}")
     return "; ".join(parts) + connect_group_history(pipeline.settings)
+
+
+def worker_stacks(pipeline: Pipeline) -> str:
+    """Every live invoicing worker's Python stacks (``py-spy dump``), for a timeout's
+    message: where a poll loop is stuck when a worker stops polling after an outage.
+    Says "unavailable: ..." for a worker whose dump fails instead of raising."""
+    spy = Path(sys.executable).with_name("py-spy")
+    parts: list[str] = []
+    for worker in pipeline.workers.processes:
+        if worker.kind != "invoicing" or worker.process.poll() is not None:
+            continue
+        try:
+            dump = subprocess.run(
+                [str(spy), "dump", "--pid", str(worker.process.pid)],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                check=False,
+            )
+            text = (dump.stdout or dump.stderr)[-4000:]
+        except (OSError, subprocess.SubprocessError) as exc:
+            text = f"unavailable: {exc}"
+        parts.append(f"\n----- stacks of {worker.name} -----\n{text}")
+    return "".join(parts)
 
 
 def connect_group_history(settings: Settings, last: int = 8) -> str:
