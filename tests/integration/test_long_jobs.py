@@ -121,15 +121,27 @@ def fences(p: Pipeline) -> dict[int, tuple[int, str]]:
     return {int(r[0]): (int(r[1]), str(r[2])) for r in rows}
 
 
+#: Seconds the claims must stay unchanged before :func:`wait_claimed` takes them as settled.
+STABLE_S = 5.0
+
+
 def wait_claimed(p: Pipeline, members: int, timeout_s: float = 90.0) -> dict[int, tuple[int, str]]:
-    """Wait until every partition is claimed and the claims name ``members`` members
-    (after a stable rebalance every row holds its current owner's token)."""
+    """Wait until every partition is claimed, the claims name ``members`` members, and
+    they stay so for :data:`STABLE_S` (after a stable rebalance every row holds its current
+    owner's token; between the rounds of a cooperative rebalance the rows can already name
+    every member while partitions are still moving)."""
     deadline = time.monotonic() + timeout_s
     current: dict[int, tuple[int, str]] = {}
+    since: tuple[float, dict[int, tuple[int, str]]] | None = None
     while time.monotonic() < deadline:
         current = fences(p)
         if len(current) == PARTITIONS and len({m for _, m in current.values()}) == members:
-            return current
+            if since is None or since[1] != current:
+                since = (time.monotonic(), current)
+            elif time.monotonic() - since[0] >= STABLE_S:
+                return current
+        else:
+            since = None
         dead = [w.name for w in p.workers.processes if w.process.poll() is not None]
         assert not dead, f"workers died: {dead}\n{p.worker_logs()}"
         time.sleep(0.3)
