@@ -302,3 +302,24 @@ def test_the_whole_sample() -> None:
     )
     assert expected[biggest] == Decimal("13.61648254970")
     assert sum(1 for total in expected.values() if total.quantize(Decimal("0.01")) == 0) == 28
+
+
+def test_rows_sharing_texts_are_still_refused_for_their_numbers_and_texts() -> None:
+    """The mapper remembers which texts passed the model's rules; a later row with the
+    same texts is still checked for its numbers, and a refused text is refused every time."""
+    header, rows = sample_table()
+    good = rows[0]
+    too_many_digits = with_values(header, good, BilledCost="1234567890123456789.5")
+    bad_text = with_values(header, good, ChargeCategory="Usage\x07")
+    results = list(
+        iter_focus_rows(to_csv(header, [good, too_many_digits, bad_text, bad_text, good]))
+    )
+    assert [type(r).__name__ for r in results] == [
+        "FocusUsage",
+        "FocusRowError",
+        "FocusRowError",
+        "FocusRowError",
+        "FocusUsage",
+    ]
+    assert "BilledCost" in results[1].reason  # type: ignore[union-attr]
+    assert results[2].reason == results[3].reason  # type: ignore[union-attr]

@@ -63,6 +63,8 @@ __all__ = [
     "UsageFields",
     "decode_usage",
     "usage_data",
+    "usage_numbers_ok",
+    "usage_texts_ok",
     "usage_values_ok",
 ]
 
@@ -312,6 +314,23 @@ def _text_ok(value: object, longest: int) -> bool:
     )
 
 
+def usage_numbers_ok(
+    amount: object, quantity: object, consumed_quantity: object, event_time: object
+) -> bool:
+    """The part of :func:`usage_values_ok` that checks the numbers and the time (the
+    rest checks only texts): a caller that has seen :func:`usage_values_ok` hold for the
+    same texts may ask only this (the FOCUS mapper, whose texts repeat from row to row:
+    ``streams.core.domain.focus``)."""
+    return (
+        _decimal_ok(amount)
+        and (quantity is None or _decimal_ok(quantity))
+        and (consumed_quantity is None or _decimal_ok(consumed_quantity))
+        and type(event_time) is datetime
+        and event_time.utcoffset() == _ZERO
+        and event_time >= EARLIEST_INSTANT
+    )
+
+
 def usage_values_ok(
     customer_id: object,
     billing_period: object,
@@ -340,16 +359,24 @@ def usage_values_ok(
         and _CUSTOMER_RE.match(customer_id)
         and type(billing_period) is str
         and _PERIOD_RE.match(billing_period)
-        and _decimal_ok(amount)
         and type(currency) is str
         and _CURRENCY_RE.match(currency)
-        and (quantity is None or _decimal_ok(quantity))
-        and (consumed_quantity is None or _decimal_ok(consumed_quantity))
-        and type(event_time) is datetime
-        and event_time.utcoffset() == _ZERO
-        and event_time >= EARLIEST_INSTANT
         and _text_ok(provider, 128)
+        and usage_numbers_ok(amount, quantity, consumed_quantity, event_time)
     ):
         return False
+    return usage_texts_ok(unit, consumed_unit, sku_id, description, region_id, charge_category)
+
+
+def usage_texts_ok(
+    unit: object,
+    consumed_unit: object,
+    sku_id: object,
+    description: object,
+    region_id: object,
+    charge_category: object,
+) -> bool:
+    """The part of :func:`usage_values_ok` that checks these six optional texts (their
+    bounds and characters), for a caller that remembers which sets of them passed."""
     texts = (unit, consumed_unit, sku_id, description, region_id, charge_category)
     return all(_text_ok(text, longest) for text, longest in zip(texts, _TEXT_BOUNDS, strict=True))

@@ -82,7 +82,7 @@ from streams.core.domain.events import (
     UsageRecorded,
     deterministic_id,
 )
-from streams.core.domain.fastcodec import usage_values_ok
+from streams.core.domain.fastcodec import usage_numbers_ok, usage_values_ok
 from streams.core.domain.money import MINOR_UNITS
 from streams.core.domain.periods import BillingPeriod
 
@@ -316,9 +316,11 @@ class _RowMapper:
     characters, lengths, digits), so a row is refused, with the model's own message, exactly when
     building the model from it would fail (``tests/unit/test_focus_import_encoding.py`` checks this
     against the models). What the import saves (docs/decisions/0081-focus-import.md) is the envelope
-    and the encoding: :class:`~streams.apps.importers.focus_import.UsageEncoder` writes the record
+    and the encoding: :class:`~streams.apps.importers.focus_reader.UsageEncoder` writes the record
     without a second model. An earlier version validated only the first row of each customer id; it
-    let through later rows that the bounds refuse.
+    let through later rows that the bounds refuse. The texts' part of those rules is remembered per
+    distinct value (:meth:`_values_ok`): a row whose texts were all seen is checked only for its
+    numbers and time, which gives the same answer.
     """
 
     def __init__(self, index: dict[str, int], width: int) -> None:
@@ -333,6 +335,8 @@ class _RowMapper:
         self.times: dict[str, datetime] = {}
         self.periods: dict[datetime, str] = {}
         self.customers: dict[tuple[str, str, str, str | None], CustomerUpserted] = {}
+        self.accounts_ok: set[tuple[str | None, ...]] = set()
+        self.texts_ok: set[tuple[str | None, ...]] = set()
         get = index.get
         self.optional = tuple(get(column) for column in OPTIONAL_COLUMNS)
 
@@ -382,10 +386,10 @@ class _RowMapper:
                 event_time,
                 _text_at(row, provider_at),
             )
-            # The model's own validation (and its error, should it fail) on every row:
-            # the contract's bounds constrain every text and decimal field, so
-            # no row can be trusted from an earlier one; see the class docstring.
-            if not usage_values_ok(*fields):  # else the model says what is wrong
+            # The model's rules (and its error, should they fail) on every row: the
+            # contract's bounds constrain every text and decimal field. The texts'
+            # half is asked once per distinct set of texts; see the class docstring.
+            if not self._values_ok(fields):  # else the model says what is wrong
                 UsageRecorded(**fields._asdict())
             customer = self._customer(customer_id, name, currency, _text_at(row, account_at))
         except _RowProblem as exc:
@@ -395,6 +399,24 @@ class _RowMapper:
         except DomainError as exc:  # InvalidPeriod from a year out of range
             return FocusRowError(line_number, str(exc), raw_id)
         return FocusUsage(line_number, fields, customer, event_id, event_time)
+
+    def _values_ok(self, fields: UsageFields) -> bool:
+        """``usage_values_ok(*fields)``: its answer is the conjunction of a check of the
+        account's texts, of the six other texts and of the numbers; the first two are
+        remembered once true (per distinct value), so a row whose texts were seen is asked
+        only for its numbers."""
+        f = fields
+        account = (f.customer_id, f.billing_period, f.currency, f.provider)
+        texts = (f.unit, *f[7:12])
+        if account in self.accounts_ok and texts in self.texts_ok:
+            return usage_numbers_ok(f.amount, f.quantity, f.consumed_quantity, f.event_time)
+        if not usage_values_ok(*fields):
+            return False
+        for memo, key in ((self.accounts_ok, account), (self.texts_ok, texts)):
+            if len(memo) >= _MEMO_SIZE:
+                memo.clear()
+            memo.add(key)
+        return True
 
     def _time(self, row: list[str], position: int, column: str) -> datetime:
         text = _required_at(row, position, column)
