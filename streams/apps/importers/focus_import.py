@@ -1,7 +1,8 @@
 """``invoicing import focus PATH``: a FOCUS 1.0 CSV → ``billing.account-events.v1``.
 
-Reads the file with :func:`streams.core.domain.focus.iter_focus_rows` (the mapping
-and its row errors live there) and produces, in file order:
+A reader process (:mod:`streams.apps.importers.focus_reader`, decision 0101) reads the
+file with :func:`streams.core.domain.focus.iter_focus_rows` (the mapping and its row
+errors live there) and encodes the records; this process produces them, in file order:
 
 * one ``customer.upserted`` per account, just before that account's first
   usage (and again, with its new deterministic id, should a later row carry
@@ -56,7 +57,6 @@ from __future__ import annotations
 
 import csv
 import functools
-import json
 import logging
 import re
 import time
@@ -64,26 +64,24 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any, Protocol
+from typing import Any, Protocol
 
 from confluent_kafka import KafkaError, KafkaException, Producer
-from pydantic import TypeAdapter, ValidationError
 from rich.progress import TaskProgressColumn, TimeRemainingColumn
 
 from streams.adapters.progress import progress_bar
 from streams.apps.importers import KafkaUnavailable, SourceUnreadable, TopicMissing
-from streams.core.domain.codec import EncodedRecord, encode
-from streams.core.domain.errors import FocusFormatError
-from streams.core.domain.events import CustomerUpserted, Envelope, UsageRecorded, UtcDateTime
-from streams.core.domain.focus import (
-    FocusRowError,
-    FocusRowResult,
-    FocusUsage,
-    customer_event_id,
-    iter_focus_rows,
+from streams.apps.importers.focus_reader import (
+    CUSTOMER,
+    USAGE,
+    USAGE_TYPE,
+    Reader,
+    UsageEncoder,
+    start_reader,
 )
+from streams.core.domain.codec import EncodedRecord
+from streams.core.domain.events import CustomerUpserted, Envelope
 from streams.settings import Settings
 from streams.topics import ACCOUNT_EVENTS
 
@@ -352,16 +350,6 @@ class DeliveryTracker:
             )
 
 
-def _guard_decoding(results: Iterator[FocusRowResult], path: Path) -> Iterator[FocusRowResult]:
-    try:
-        yield from results
-    except UnicodeDecodeError as exc:
-        raise SourceUnreadable(
-            f"{path}: not UTF-8 ({exc}); the rows before it were produced, "
-            "a re-import of the fixed file deduplicates"
-        ) from exc
-
-
 def _count_rows(path: Path) -> int | None:
     """Data records in the file, for the progress bar (``None`` if the CSV is not countable)."""
     try:
@@ -369,10 +357,6 @@ def _count_rows(path: Path) -> int | None:
             return max(0, sum(1 for row in csv.reader(handle) if row) - 1)
     except (csv.Error, UnicodeDecodeError):
         return None
-
-
-#: Rows per progress-bar update (updating on every row costs a third of the throughput).
-_PROGRESS_STEP = 250
 
 
 @contextmanager
@@ -386,112 +370,6 @@ def _progress_bar(enabled: bool, total: int | None, label: str) -> Iterator[Call
             return
         task = progress.add_task(label, total=total)
         yield lambda rows: progress.advance(task, rows)
-
-
-def _envelope_rule(name: str) -> TypeAdapter[str]:
-    """The validation rule of the envelope's string field ``name`` (its type and
-    constraints, e.g. the length of an id), taken from :class:`Envelope` itself."""
-    info = Envelope.model_fields[name]
-    return TypeAdapter(Annotated.__class_getitem__((info.annotation, *info.metadata)))  # type: ignore[attr-defined]
-
-
-_EVENT_ID = _envelope_rule("id")
-_SOURCE = _envelope_rule("source")
-#: The id length bounds of :class:`Envelope` (``Field(min_length=1, max_length=256)``).
-_ID_MIN, _ID_MAX = 1, 256
-#: JSON of a UTC date-time exactly as the models serialise it (pydantic's own serializer).
-_TIME_JSON: TypeAdapter[datetime] = TypeAdapter(UtcDateTime)
-#: A JSON string literal, UTF-8 text kept as is (as pydantic writes it; C-accelerated).
-_str: Callable[[str], str] = json.encoder.encode_basestring
-
-
-def _opt(text: str | None) -> str:
-    return "null" if text is None else _str(text)
-
-
-_USAGE_TYPE = UsageRecorded.event_type
-_USAGE_TYPE_BYTES = _USAGE_TYPE.encode()
-_SPECVERSION = Envelope.model_fields["specversion"].default.encode()
-_CONTENT_TYPE = Envelope.model_fields["datacontenttype"].default.encode()
-_MEMO_SIZE = 4096
-
-
-class UsageEncoder:
-    """Encodes mapped rows' ``usage.recorded`` records without a pydantic object per row.
-
-    ``encode(result)`` gives the record ``encode(Envelope.wrap(result.usage,
-    id=result.event_id, source=source, time=result.event_time))`` gives, byte for byte
-    (``tests/unit/test_focus_import_encoding.py``): the data was validated by the mapping
-    (:class:`streams.core.domain.focus.UsageFields`), the id is checked against the envelope's
-    length bounds (the envelope's own rule raises when they fail), ``source`` once here.
-    Date-times are serialised by pydantic once per distinct value (bounded memo).
-
-    Raises:
-        ValidationError: (constructor) ``source`` breaks the envelope's rule;
-            (``encode``) the row's ``Id`` breaks the envelope's rule for ids.
-    """
-
-    def __init__(self, source: str) -> None:
-        self.source = _SOURCE.validate_python(source)
-        self._source = self.source.encode()
-        self._times: dict[datetime, tuple[str, bytes]] = {}
-
-    def _time(self, value: datetime) -> tuple[str, bytes]:
-        found = self._times.get(value)
-        if found is None:
-            text = json.loads(_TIME_JSON.dump_json(value))
-            header = value.isoformat().replace("+00:00", "Z").encode()  # as codec.encode
-            found = (text, header)
-            if len(self._times) >= _MEMO_SIZE:
-                self._times.clear()
-            self._times[value] = found
-        return found
-
-    def encode(self, result: FocusUsage) -> EncodedRecord:
-        event_id = result.event_id
-        if not _ID_MIN <= len(event_id) <= _ID_MAX:
-            _EVENT_ID.validate_python(event_id)  # raises the envelope's error
-        f = result.fields
-        data_time, _ = self._time(f.event_time)
-        _, ce_time = self._time(result.event_time)
-        q = f.quantity
-        c = f.consumed_quantity
-        # The fields in the model's order (UsageFields), as model_dump_json writes them.
-        value = (
-            f'{{"schema_version":1,"customer_id":{_str(f.customer_id)}'
-            f',"billing_period":{_str(f.billing_period)}'
-            f',"amount":"{format(f.amount, "f")}"'
-            f',"currency":{_str(f.currency)}'
-            f',"quantity":{"null" if q is None else _str(format(q, "f"))}'
-            f',"unit":{_opt(f.unit)}'
-            f',"consumed_quantity":{"null" if c is None else _str(format(c, "f"))}'
-            f',"consumed_unit":{_opt(f.consumed_unit)}'
-            f',"sku_id":{_opt(f.sku_id)}'
-            f',"description":{_opt(f.description)}'
-            f',"region_id":{_opt(f.region_id)}'
-            f',"charge_category":{_opt(f.charge_category)}'
-            f',"event_time":{_str(data_time)}'
-            f',"provider":{_opt(f.provider)}}}'
-        ).encode()
-        key = f.customer_id.encode()
-        return EncodedRecord(
-            key=key,
-            value=value,
-            headers=[
-                ("ce_specversion", _SPECVERSION),
-                ("ce_id", event_id.encode()),
-                ("ce_source", self._source),
-                ("ce_type", _USAGE_TYPE_BYTES),
-                ("ce_time", ce_time),
-                ("ce_subject", key),
-                ("content-type", _CONTENT_TYPE),
-            ],
-        )
-
-
-def _id_problem(exc: ValidationError) -> str:
-    first = exc.errors()[0]
-    return f"Id {first.get('input')!r}: {first.get('msg')}"
 
 
 def import_focus(
@@ -527,62 +405,22 @@ def import_focus(
     if not path.is_file():
         raise SourceUnreadable(f"{path}: no such file")
     require_topic(producer, topic)
-    total = _count_rows(path) if progress else None
 
     usage_encoder = UsageEncoder(source)
-    tracker = DeliveryTracker()
-    skipped: list[SkippedRow] = []
-    sent_customers: dict[str, CustomerUpserted] = {}
-    periods: Counter[str] = Counter()
-    rows = 0
-    with path.open(newline="", encoding="utf-8") as handle:
-        try:
-            results = iter_focus_rows(handle)
-        except (FocusFormatError, UnicodeDecodeError) as exc:
-            raise SourceUnreadable(f"{path}: {exc}") from exc
+    reader = start_reader(path, usage_encoder)
+    try:
+        total = _count_rows(path) if progress else None
+        tracker = DeliveryTracker()
         with _progress_bar(progress, total, f"import {path.name}") as advance:
             try:
-                for result in _guard_decoding(results, path):
-                    rows += 1
-                    if rows % _PROGRESS_STEP == 0:
-                        advance(_PROGRESS_STEP)
-                    if isinstance(result, FocusRowError):
-                        skipped.append(SkippedRow(result.line_number, result.reason, result.raw_id))
-                        logger.warning(
-                            "%s line %d skipped: %s", path.name, result.line_number, result.reason
-                        )
-                        continue
-                    customer = result.customer
-                    customer_id = customer.customer_id
-                    sent = sent_customers.get(customer_id)
-                    if sent is not customer and sent != customer:
-                        cust_event = customer_event_id(customer)
-                        envelope = Envelope.wrap(customer, id=cust_event, source=source)
-                        tracker.produce(
-                            producer, topic, encode(envelope), envelope, result.line_number
-                        )
-                        sent_customers[customer_id] = customer
-                    try:
-                        record = usage_encoder.encode(result)
-                    except ValidationError as exc:
-                        skipped.append(SkippedRow(result.line_number, _id_problem(exc), None))
-                        logger.warning(
-                            "%s line %d skipped: %s",
-                            path.name,
-                            result.line_number,
-                            skipped[-1].reason,
-                        )
-                        continue
-                    tracker.produce_record(
-                        producer,
-                        topic,
-                        record,
-                        (result.event_id, _USAGE_TYPE, customer_id, result.line_number),
-                    )
-                    periods[result.fields.billing_period] += 1
+                outcome = _produce_rows(
+                    reader, usage_encoder, tracker, producer, topic, path, advance
+                )
             finally:
-                advance(rows % _PROGRESS_STEP)
                 tracker.flush(producer, flush_timeout_s)
+    finally:
+        reader.stop()
+    skipped, customers, periods, rows = outcome
 
     summary = ImportSummary(
         path=str(path),
@@ -593,7 +431,7 @@ def import_focus(
         skipped=tuple(skipped),
         skipped_by_reason=dict(Counter(reason_kind(s.reason) for s in skipped).most_common()),
         delivery_failures=tuple(tracker.failures),
-        customers=len(sent_customers),
+        customers=customers,
         periods=dict(sorted(periods.items())),
         elapsed_s=time.monotonic() - started,
     )
@@ -609,6 +447,68 @@ def import_focus(
         summary.rows_per_s,
     )
     return summary
+
+
+def _produce_rows(
+    reader: Reader,
+    encoder: UsageEncoder,
+    tracker: DeliveryTracker,
+    producer: Producer,
+    topic: str,
+    path: Path,
+    advance: Callable[[int], None],
+) -> tuple[list[SkippedRow], int, Counter[str], int]:
+    """Produce the reader's records in order; ``(skipped, customers, periods, rows)``.
+
+    Raises:
+        SourceUnreadable: the reader found no FOCUS 1.0 header (nothing produced), the
+            file is not UTF-8 part-way (the rows before were produced), or the reader
+            failed (its traceback is logged).
+    """
+    skipped: list[SkippedRow] = []
+    periods: Counter[str] = Counter()
+    rows = 0
+    for kind, body in reader.messages():
+        if kind == "rows":
+            for item in body:
+                tag = item[0]
+                if tag == USAGE:
+                    _, line, event_id, customer_id, period, key, value, ce_time = item
+                    rows += 1
+                    periods[period] += 1
+                    tracker.produce_record(
+                        producer,
+                        topic,
+                        EncodedRecord(key, value, encoder.headers(event_id, key, ce_time)),
+                        (event_id, USAGE_TYPE, customer_id, line),
+                    )
+                elif tag == CUSTOMER:
+                    _, line, event_id, customer_id, record = item
+                    ctx = (event_id, CustomerUpserted.event_type, customer_id, line)
+                    tracker.produce_record(producer, topic, record, ctx)
+                else:
+                    _, line, reason, raw_id = item
+                    rows += 1
+                    skipped.append(SkippedRow(line, reason, raw_id))
+                    logger.warning("%s line %d skipped: %s", path.name, line, reason)
+            advance(len(body))
+        elif kind == "end":
+            return skipped, int(body), periods, rows
+        elif kind == "unreadable":
+            raise SourceUnreadable(f"{path}: {body}")
+        elif kind == "not-utf8":
+            raise SourceUnreadable(
+                f"{path}: not UTF-8 ({body}); the rows before it were produced, "
+                "a re-import of the fixed file deduplicates"
+            )
+        else:
+            logger.error("the FOCUS reader of %s failed: %s", path.name, body)
+            raise SourceUnreadable(
+                f"{path}: the file's reader failed: {str(body).strip().splitlines()[-1]}"
+            )
+    raise SourceUnreadable(
+        f"{path}: the file's reader stopped without a result"
+    )  # pragma: no cover
 
 
 class ImportFocusRun(Protocol):
