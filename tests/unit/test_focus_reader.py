@@ -6,6 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+from streams.apps.importers import SourceUnreadable
+from streams.apps.importers.focus_import import DeliveryTracker, _produce_rows
 from streams.apps.importers.focus_reader import (
     CUSTOMER,
     SKIPPED,
@@ -76,3 +80,36 @@ def test_a_file_that_stops_being_utf8_sends_the_rows_before_then_says_so(
     assert got[-1][0] == "not-utf8"
     rows = [item for kind, body in got[:-1] for item in body if item[0] == USAGE]
     assert rows, "the rows before the bad byte were sent"
+
+
+class _Broken(UsageEncoder):
+    def encode_parts(self, result: FocusUsage) -> tuple[bytes, bytes, bytes]:
+        raise RuntimeError("encoder bug")
+
+
+def test_a_reader_that_fails_says_so_with_its_traceback_and_ends() -> None:
+    reader = start_reader(SAMPLE, _Broken(SOURCE))
+    try:
+        got = list(reader.messages())
+    finally:
+        reader.stop()
+    assert [kind for kind, _ in got] == ["crash"]
+    assert "RuntimeError: encoder bug" in got[0][1]
+    assert reader.process.exitcode is not None
+
+
+def test_the_importer_turns_a_failed_reader_into_a_source_error_naming_its_cause() -> None:
+    reader = start_reader(SAMPLE, _Broken(SOURCE))
+    try:
+        with pytest.raises(SourceUnreadable, match="RuntimeError: encoder bug"):
+            _produce_rows(
+                reader,
+                UsageEncoder(SOURCE),
+                DeliveryTracker(),
+                None,  # type: ignore[arg-type]  # nothing reaches the producer
+                "topic",
+                SAMPLE,
+                lambda _rows: None,
+            )
+    finally:
+        reader.stop()
