@@ -323,3 +323,26 @@ def test_rows_sharing_texts_are_still_refused_for_their_numbers_and_texts() -> N
     ]
     assert "BilledCost" in results[1].reason  # type: ignore[union-attr]
     assert results[2].reason == results[3].reason  # type: ignore[union-attr]
+
+
+def test_a_quantity_out_of_bounds_is_refused_naming_its_focus_column() -> None:
+    """Even when every text of the row was seen before; the model's field names are
+    translated to the FOCUS columns (PricingQuantity, not quantity)."""
+    header, rows = sample_table()
+    good = with_values(header, rows[0], PricingQuantity="2.5", ConsumedQuantity="2.5")
+    long_quantity = with_values(header, good, PricingQuantity="1" * 19)
+    long_consumed = with_values(header, good, ConsumedQuantity="0." + "1" * 21)
+    results = list(
+        iter_focus_rows(to_csv(header, [good, long_quantity, long_consumed, good, good]))
+    )
+    assert [type(r).__name__ for r in results] == [
+        "FocusUsage",
+        "FocusRowError",
+        "FocusRowError",
+        "FocusUsage",
+        "FocusUsage",
+    ]
+    assert "PricingQuantity" in results[1].reason  # type: ignore[union-attr]
+    assert "ConsumedQuantity" in results[2].reason  # type: ignore[union-attr]
+    kept = usages(results)
+    assert {u.fields.quantity for u in kept} == {Decimal("2.5")}
