@@ -1,8 +1,8 @@
 """``invoicing import focus PATH``: a FOCUS 1.0 CSV → ``billing.account-events.v1``.
 
-A reader process (:mod:`streams.apps.importers.focus_reader`, decision 0101) reads the
+Reader processes (:mod:`streams.apps.importers.focus_reader`, decision 0101) read the
 file with :func:`streams.core.domain.focus.iter_focus_rows` (the mapping and its row
-errors live there) and encodes the records; this process produces them, in file order:
+errors live there) and encode the records; this process produces them, in file order:
 
 * one ``customer.upserted`` per account, just before that account's first
   usage (and again, with its new deterministic id, should a later row carry
@@ -65,7 +65,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 from rich.progress import TaskProgressColumn, TimeRemainingColumn
@@ -76,7 +76,7 @@ from streams.apps.importers.focus_reader import (
     CUSTOMER,
     USAGE,
     USAGE_TYPE,
-    Reader,
+    Readers,
     UsageEncoder,
     start_reader,
 )
@@ -316,18 +316,25 @@ class DeliveryTracker:
     ) -> None:
         """:meth:`produce` with the report's context ``(event_id, event_type,
         customer_id, line)`` given directly (no envelope needed)."""
+        self.produce_parts(producer, topic, record.key, record.value, list(record.headers), ctx)
+
+    def produce_parts(
+        self,
+        producer: Producer,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: list[tuple[str, bytes]],
+        ctx: tuple[str, str, str, int | None],
+    ) -> None:
+        """:meth:`produce_record` of a record given as its parts (``headers`` a list the
+        producer may keep: the hot path's, built per record)."""
         self.pending += 1
         callback = functools.partial(self._report, ctx)
-        headers: list[tuple[str, str | bytes | None]] = list(record.headers)
+        sent = cast("list[tuple[str, str | bytes | None]]", headers)  # read, never changed
         while True:
             try:
-                producer.produce(
-                    topic,
-                    key=record.key,
-                    value=record.value,
-                    headers=headers,
-                    on_delivery=callback,
-                )
+                producer.produce(topic, key=key, value=value, headers=sent, on_delivery=callback)
                 break
             except BufferError:
                 producer.poll(0.5)  # the local queue is full: serve delivery reports
@@ -450,7 +457,7 @@ def import_focus(
 
 
 def _produce_rows(
-    reader: Reader,
+    reader: Readers,
     encoder: UsageEncoder,
     tracker: DeliveryTracker,
     producer: Producer,
@@ -468,6 +475,9 @@ def _produce_rows(
     skipped: list[SkippedRow] = []
     periods: Counter[str] = Counter()
     rows = 0
+    #: customer id → the value of the last customer.upserted produced for it: a
+    #: reader's record that repeats it is not produced again (focus_reader ``_Accounts``)
+    accounts: dict[str, bytes | None] = {}
     for kind, body in reader.messages():
         if kind == "rows":
             for item in body:
@@ -476,14 +486,19 @@ def _produce_rows(
                     _, line, event_id, customer_id, period, key, value, ce_time = item
                     rows += 1
                     periods[period] += 1
-                    tracker.produce_record(
+                    tracker.produce_parts(
                         producer,
                         topic,
-                        EncodedRecord(key, value, encoder.headers(event_id, key, ce_time)),
+                        key,
+                        value,
+                        encoder.headers(event_id, key, ce_time),
                         (event_id, USAGE_TYPE, customer_id, line),
                     )
                 elif tag == CUSTOMER:
                     _, line, event_id, customer_id, record = item
+                    if accounts.get(customer_id, b"") == record.value:
+                        continue
+                    accounts[customer_id] = record.value
                     ctx = (event_id, CustomerUpserted.event_type, customer_id, line)
                     tracker.produce_record(producer, topic, record, ctx)
                 else:
@@ -493,7 +508,7 @@ def _produce_rows(
                     logger.warning("%s line %d skipped: %s", path.name, line, reason)
             advance(len(body))
         elif kind == "end":
-            return skipped, int(body), periods, rows
+            return skipped, len(body), periods, rows
         elif kind == "unreadable":
             raise SourceUnreadable(f"{path}: {body}")
         elif kind == "not-utf8":

@@ -1,30 +1,42 @@
-"""The FOCUS import's reading side: rows → encoded records, in a second process.
+"""The FOCUS import's reading side: rows → encoded records, in reader processes.
 
-:func:`start_reader` forks a process that reads the file with
-:func:`streams.core.domain.focus.iter_focus_rows`, encodes each mapped row's
-``usage.recorded`` with :class:`UsageEncoder` and each new account's ``customer.upserted``
-with :func:`streams.core.domain.codec.encode`, and sends them, in file order, in
-batches of :data:`BATCH_ROWS` rows through a pipe. The importer's process only
-produces them (docs/decisions/0101-focus-import-reads-in-a-second-process.md): reading,
-mapping and encoding were about two thirds of an import's time on one core, and the
-producer's work and librdkafka's threads the rest, so the two halves overlap on two cores.
+:func:`start_reader` forks one reader per core (at most :data:`MAX_READERS`; one for a
+file under :data:`SPLIT_BYTES`). The file is cut at line breaks into parts of about
+:data:`PART_BYTES` (:func:`parts_of`), dealt to the readers in turn. Each reader reads
+its parts with :func:`streams.core.domain.focus.iter_focus_rows`, encodes each mapped
+row's ``usage.recorded`` with :class:`UsageEncoder` and each new account's
+``customer.upserted`` with :func:`streams.core.domain.codec.encode`, and sends them in
+batches of :data:`BATCH_ROWS` rows through its pipe. The importer's process takes the
+parts back in file order (:class:`Readers`) and only produces them
+(docs/decisions/0101-focus-import-reads-in-a-second-process.md).
 
-The pipe bounds what the reader runs ahead (a full pipe blocks its ``send``), and
-one reader keeps the file's order, so a customer's ``customer.upserted`` still
-precedes its usage. The reader is forked, not spawned (no second start-up of the
-interpreter and the models); it touches nothing the parent made but the encoder
-and the file, and it ends with ``os._exit`` (multiprocessing's fork start), so the
-parent's producer is never finalised in it. It ignores SIGINT: the importer stops
-it when the import stops.
+- **Order.** The importer produces part ``j`` whole before part ``j + 1``, so the file's
+  order holds and a customer's ``customer.upserted`` precedes its usage. A reader
+  sends an account's event at the account's first row in each part; the importer
+  drops the ones that repeat what it last produced for that account, which gives
+  exactly one reader's sequence.
+- **A cut inside a record.** A cut may fall inside a quoted field that spans lines:
+  the reader of the part before it then reads that record to its end and goes on to
+  the end of the file itself, and the later parts' readers are not listened to.
+- **Memory.** A thread per reader receives its messages into a queue of
+  :data:`AHEAD_MESSAGES`; a full queue fills the pipe, and a full pipe blocks the reader.
+
+The readers are forked, not spawned (no second start-up of the interpreter and the
+models); they touch nothing the parent made but the encoder and the file, and end with
+``os._exit`` (multiprocessing's fork start), so the parent's producer is never
+finalised in them. They ignore SIGINT: the importer stops them when the import stops.
 """
 
 from __future__ import annotations
 
 import json
 import pickle
+import queue
 import signal
+import threading
 import traceback
 from collections.abc import Callable, Iterator
+from contextlib import suppress
 from dataclasses import dataclass
 from datetime import datetime
 from multiprocessing import get_context
@@ -35,19 +47,38 @@ from typing import Annotated, Any
 
 from pydantic import TypeAdapter, ValidationError
 
+from streams.apps.importers.focus_parts import (
+    MAX_READERS,
+    PART_BYTES,
+    SPLIT_BYTES,
+    Bound,
+    Lines,
+    Part,
+    parts_of,
+    readers_for,
+)
 from streams.core.domain.codec import EncodedRecord, encode
 from streams.core.domain.errors import FocusFormatError
 from streams.core.domain.events import CustomerUpserted, Envelope, UsageRecorded, UtcDateTime
 from streams.core.domain.focus import FocusRowError, FocusUsage, iter_focus_rows
 
 __all__ = [
+    "AHEAD_MESSAGES",
     "BATCH_ROWS",
     "CUSTOMER",
+    "MAX_READERS",
+    "PART_BYTES",
     "SKIPPED",
+    "SPLIT_BYTES",
     "USAGE",
     "USAGE_TYPE",
+    "Part",
+    "Reader",
     "ReaderMessage",
+    "Readers",
     "UsageEncoder",
+    "parts_of",
+    "readers_for",
     "start_reader",
 ]
 
@@ -177,45 +208,82 @@ USAGE, CUSTOMER, SKIPPED = 0, 1, 2
 #: file order: ``(USAGE, line, event_id, customer_id, billing_period, key, value,
 #: ce_time)``, ``(CUSTOMER, line, event_id, customer_id, EncodedRecord)``, ``(SKIPPED,
 #: line, reason, raw_id)``); ``"unreadable"`` (the header's problem, before any row);
-#: ``"not-utf8"`` (the decoding error that stopped it part-way); ``"end"`` (the count of
-#: distinct customers); ``"crash"`` (a traceback).
+#: ``"not-utf8"`` (the decoding error that stopped it part-way); ``"next"`` (its part
+#: ended at its limit: the next reader goes on; the set of its customer ids); ``"end"``
+#: (the end of the file: the set of its customer ids); ``"crash"`` (a traceback).
 ReaderMessage = tuple[str, Any]
 
 
-def _read(conn: Connection, path: Path, encoder: UsageEncoder) -> None:
-    """The reader process: every message of :data:`ReaderMessage`, then it returns."""
+def _read(conn: Connection, path: Path, encoder: UsageEncoder, parts: list[Part] | None) -> None:
+    """The reader process: every message of :data:`ReaderMessage`, then it returns.
+
+    ``parts`` None: the whole file, through a text file (``newline=""``). Otherwise, for
+    each part in turn, the records that start in it (lines decoded one by one, so a line
+    that is not UTF-8 stops the reader after every record before that line), then
+    ``"next"`` when the part's last record ends exactly at its ``limit``. A record that
+    runs past ``limit`` (the next part's reader started inside it) makes this reader go
+    on to the end of the file instead, and end with ``"end"``, as the last part does."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
     def send(kind: str, body: Any) -> None:
         conn.send_bytes(pickle.dumps((kind, body), protocol=pickle.HIGHEST_PROTOCOL))
 
     try:
-        with path.open(newline="", encoding="utf-8") as handle:
-            try:
-                results = iter_focus_rows(handle)
-            except (FocusFormatError, UnicodeDecodeError) as exc:
-                send("unreadable", str(exc))
-                return
-            customers: dict[str, CustomerUpserted] = {}
-            batch: list[tuple[Any, ...]] = []
-            try:
-                for result in results:
-                    batch.append(_item(result, encoder, customers, batch))
-                    if len(batch) >= BATCH_ROWS:
-                        send("rows", batch)
-                        batch = []
-            except UnicodeDecodeError as exc:
-                send("rows", batch)
-                send("not-utf8", str(exc))
-                return
-            send("rows", batch)
-            send("end", len(customers))
+        if parts is None:
+            with path.open(newline="", encoding="utf-8") as handle:
+                try:
+                    results = iter_focus_rows(handle)
+                except (FocusFormatError, UnicodeDecodeError) as exc:
+                    send("unreadable", str(exc))
+                    return
+                if _send_results(send, results, encoder):
+                    send("end", set())
+            return
+        with path.open("rb") as raw:
+            for part in parts:
+                lines = Lines(raw, part.start)
+                bound = Bound(lines, part.limit)
+                results = iter_focus_rows(
+                    lines, header=part.header, lines_before=part.lines_before, stop=bound
+                )
+                accounts = _send_results(send, results, encoder)
+                if accounts is None:
+                    return
+                if not bound.reached:  # the end of the file
+                    send("end", accounts)
+                    return
+                send("next", accounts)
+    except FocusFormatError as exc:  # a part's header (the first reader's says it first)
+        send("unreadable", str(exc))
     except OSError as exc:  # the file cannot be read (e.g. permissions)
         send("unreadable", str(exc))
     except BaseException:  # the parent reports it; the process ends here
         send("crash", traceback.format_exc())
     finally:
         conn.close()
+
+
+def _send_results(
+    send: Callable[[str, Any], None],
+    results: Iterator[FocusUsage | FocusRowError],
+    encoder: UsageEncoder,
+) -> set[str] | None:
+    """Send ``results`` as ``"rows"`` of :data:`BATCH_ROWS` items; returns the accounts
+    seen, or None after ``"not-utf8"`` (a line was not UTF-8: the reader stops)."""
+    customers: dict[str, CustomerUpserted] = {}
+    batch: list[tuple[Any, ...]] = []
+    try:
+        for result in results:
+            batch.append(_item(result, encoder, customers, batch))
+            if len(batch) >= BATCH_ROWS:
+                send("rows", batch)
+                batch = []
+    except UnicodeDecodeError as exc:
+        send("rows", batch)
+        send("not-utf8", str(exc))
+        return None
+    send("rows", batch)
+    return set(customers)
 
 
 def _item(
@@ -242,46 +310,135 @@ def _item(
     return (USAGE, result.line_number, result.event_id, customer_id, period, key, value, ce_time)
 
 
-@dataclass
-class Reader:
-    """The reader process of one file: :meth:`messages` in order, :meth:`stop` at the end."""
+#: Messages of a reader the importer holds before it asks for them (each about half a
+#: megabyte): how far a reader runs ahead of the part being produced.
+AHEAD_MESSAGES = 64
 
-    process: BaseProcess
-    conn: Connection
+
+class Reader:
+    """One reader process: its messages (:meth:`messages`, received by a thread into a
+    bounded queue, so that the reader runs ahead while the importer takes another's
+    part), :meth:`stop` at the end."""
+
+    def __init__(self, process: BaseProcess, conn: Connection) -> None:
+        self.process = process
+        self.conn = conn
+        self._queue: queue.Queue[bytes | None] = queue.Queue(AHEAD_MESSAGES)
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(
+            target=self._receive, name=f"{process.name}-pipe", daemon=True
+        )
+        self._thread.start()
+
+    def _receive(self) -> None:
+        item: bytes | None
+        while True:
+            try:
+                item = self.conn.recv_bytes()
+            except (EOFError, OSError):
+                item = None
+            while not self._stopped.is_set():
+                try:
+                    self._queue.put(item, timeout=0.1)
+                    break
+                except queue.Full:
+                    continue
+            if item is None or self._stopped.is_set():
+                return
 
     def messages(self) -> Iterator[ReaderMessage]:
         """Every message until ``"end"``, ``"unreadable"``, ``"not-utf8"`` or ``"crash"``
-        (included). A reader that died without one gives ``("crash", <its exit code>)``."""
+        (included; ``"rows"`` and ``"next"`` before). A reader that died without one
+        gives ``("crash", <its exit code>)``."""
         while True:
-            try:
-                message: ReaderMessage = pickle.loads(self.conn.recv_bytes())
-            except EOFError:
+            data = self._queue.get()
+            if data is None:
                 self.process.join(5.0)
                 yield ("crash", f"the reader process ended (exit code {self.process.exitcode})")
                 return
+            message: ReaderMessage = pickle.loads(data)
             yield message
-            if message[0] != "rows":
+            if message[0] not in ("rows", "next"):
                 return
 
     def stop(self) -> None:
-        """Close the pipe and end the process (killed if it is still running)."""
-        self.conn.close()
+        """End the process (killed if it is still running) and close the pipe."""
+        self._stopped.set()
         if self.process.is_alive():
             self.process.kill()
         self.process.join()
+        self._thread.join(5.0)
+        self.conn.close()
 
 
-def start_reader(path: Path, encoder: UsageEncoder) -> Reader:
-    """Fork the reader of ``path`` (a FOCUS 1.0 CSV, UTF-8) with ``encoder``.
+@dataclass
+class Readers:
+    """The reader processes of one file; part ``j`` of the file is reader ``j % n``'s.
+    Their messages in file order (:meth:`messages`), :meth:`stop` at the end."""
+
+    readers: list[Reader]
+    parts: int = 1
+
+    def messages(self) -> Iterator[ReaderMessage]:
+        """Every message in file order: the ``"rows"`` of each part from its reader
+        until its ``"next"``, then one ``"end"`` with the accounts of all parts, or the
+        first other message (``"unreadable"``, ``"not-utf8"``, ``"crash"``). A reader that
+        ends with ``"end"`` read to the end of the file: no later part is asked for."""
+        streams = [reader.messages() for reader in self.readers]
+        accounts: set[str] = set()
+        for part in range(max(1, self.parts)):
+            for kind, body in streams[part % len(streams)]:
+                if kind == "rows":
+                    yield kind, body
+                elif kind == "next":
+                    accounts |= body
+                    break
+                elif kind == "end":
+                    yield kind, accounts | body
+                    return
+                else:
+                    yield kind, body
+                    return
+            else:  # pragma: no cover - a reader's messages end with a terminal one
+                break
+        yield ("crash", "the readers ended without the end of the file")
+
+    def stop(self) -> None:
+        """Stop every reader (:meth:`Reader.stop`)."""
+        for reader in self.readers:
+            reader.stop()
+
+
+def start_reader(path: Path, encoder: UsageEncoder, readers: int | None = None) -> Readers:
+    """Fork the readers of ``path`` (a FOCUS 1.0 CSV, UTF-8) with ``encoder``: ``readers``
+    of them at most (default :func:`readers_for`), part ``j`` of the file
+    (:func:`parts_of`) to reader ``j % readers``.
 
     Raises:
-        OSError: the process or its pipe could not be made.
+        OSError: a process or its pipe could not be made (the readers made are stopped).
     """
-    context = get_context("fork")
-    receive, send = context.Pipe(duplex=False)
-    process = context.Process(
-        target=_read, args=(send, path, encoder), name="focus-reader", daemon=True
+    count = max(1, readers_for(path) if readers is None else readers)
+    parts: list[Part] | None = None
+    with suppress(OSError):  # else the one reader says why
+        parts = parts_of(path, count)
+    shares: list[list[Part] | None] = (
+        [None] if parts is None else [parts[k::count] for k in range(min(count, len(parts)))]
     )
-    process.start()
-    send.close()  # the parent's copy; the pipe ends (EOFError) when the reader's closes
-    return Reader(process, receive)
+    context = get_context("fork")
+    made = Readers([], 1 if parts is None else len(parts))
+    try:
+        for k, share in enumerate(shares):
+            receive, send = context.Pipe(duplex=False)
+            process = context.Process(
+                target=_read,
+                args=(send, path, encoder, share),
+                name=f"focus-reader-{k}",
+                daemon=True,
+            )
+            process.start()
+            send.close()  # the parent's copy; the pipe ends (EOFError) when the reader's closes
+            made.readers.append(Reader(process, receive))
+    except BaseException:
+        made.stop()
+        raise
+    return made

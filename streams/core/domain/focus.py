@@ -67,7 +67,7 @@ import csv
 import functools
 import hashlib
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
@@ -96,6 +96,7 @@ __all__ = [
     "UsageFields",
     "iter_focus_rows",
     "placeholder_email",
+    "read_focus_header",
 ]
 
 #: Columns the header must have. ``SubAccountName`` may still be NULL in a row.
@@ -221,7 +222,13 @@ def placeholder_email(sub_account_id: str) -> str:
     return f"billing+h{digest}@{PLACEHOLDER_DOMAIN}"
 
 
-def iter_focus_rows(lines: Iterable[str] | TextIO) -> Iterator[FocusRowResult]:
+def iter_focus_rows(
+    lines: Iterable[str] | TextIO,
+    *,
+    header: list[str] | None = None,
+    lines_before: int = 0,
+    stop: Callable[[], bool] | None = None,
+) -> Iterator[FocusRowResult]:
     """Map each data row of a FOCUS 1.0 CSV, in file order.
 
     The header is read and checked at call time; rows are mapped lazily.
@@ -229,6 +236,11 @@ def iter_focus_rows(lines: Iterable[str] | TextIO) -> Iterator[FocusRowResult]:
     Args:
         lines: the file's text lines, e.g. a file opened with ``newline=""`` or
             ``text.splitlines(keepends=True)``.
+        header: the file's header, when ``lines`` start after it (a part of a file:
+            the FOCUS import's readers, docs/decisions/0101-focus-import-reads-in-a-second-process.md).
+        lines_before: the physical lines of the file before ``lines`` (with ``header``),
+            so that line numbers stay the file's.
+        stop: asked after each record (blank ones too); True ends the iteration there.
 
     Returns:
         An iterator of :class:`FocusUsage` or :class:`FocusRowError`, one per
@@ -242,6 +254,19 @@ def iter_focus_rows(lines: Iterable[str] | TextIO) -> Iterator[FocusRowResult]:
             the rest of the file with it, and the error says which lines).
     """
     reader = csv.reader(lines, strict=True)
+    if header is None:
+        header = read_focus_header(reader)
+    index = _index_header(header)
+    return _rows(reader, index, len(header), lines_before, stop)
+
+
+def read_focus_header(reader: _Reader) -> list[str]:
+    """The next record of ``reader`` (a ``csv.reader(..., strict=True)``) as a header,
+    a leading byte order mark removed (its columns are checked by :func:`iter_focus_rows`).
+
+    Raises:
+        FocusFormatError: no record, or a malformed one.
+    """
     try:
         header = next(reader)
     except StopIteration:
@@ -250,14 +275,21 @@ def iter_focus_rows(lines: Iterable[str] | TextIO) -> Iterator[FocusRowResult]:
         raise FocusFormatError(f"unreadable FOCUS header: {exc}") from exc
     if header:
         header[0] = header[0].removeprefix("\ufeff")  # a UTF-8 byte order mark
-    index = _index_header(header)
-    return _rows(reader, index, len(header))
+    return header
 
 
-def _rows(reader: _Reader, index: dict[str, int], width: int) -> Iterator[FocusRowResult]:
+def _rows(
+    reader: _Reader,
+    index: dict[str, int],
+    width: int,
+    lines_before: int = 0,
+    stop: Callable[[], bool] | None = None,
+) -> Iterator[FocusRowResult]:
     mapper = _RowMapper(index, width)
-    previous_end = reader.line_num
+    previous_end = lines_before + reader.line_num
     while True:
+        if stop is not None and stop():
+            return
         start = previous_end + 1
         try:
             row = next(reader)
@@ -266,12 +298,12 @@ def _rows(reader: _Reader, index: dict[str, int], width: int) -> Iterator[FocusR
         except csv.Error as exc:
             # strict mode: bad quoting ends this record only; the reader goes on at
             # the next line. An unterminated quote runs to the end of the file.
-            previous_end = reader.line_num
+            previous_end = lines_before + reader.line_num
             yield FocusRowError(
                 start, f"malformed CSV record (lines {start}-{previous_end}): {exc}", None
             )
             continue
-        previous_end = reader.line_num
+        previous_end = lines_before + reader.line_num
         if row:
             yield mapper.map(row, start)
 
