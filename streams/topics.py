@@ -123,6 +123,21 @@ PRICE_BOOK = TopicSpec(
     retention_ms=-1,
 )
 
+#: Debezium's heartbeats of the outbox connector, ``<topic.heartbeat.prefix>.<topic.prefix>``
+#: of connectors/outbox-connector.json. Not an event topic (no contract, no consumer, not
+#: in :data:`REGISTRY`); created with the registry's topics
+#: (:func:`streams.adapters.kafka.topic_specs`), since the broker creates none by itself.
+#: The heartbeats run a statement that writes a logical decoding message, so that the
+#: replication slot moves on while the outbox is quiet (docs/operations.md "The
+#: replication slot between closes").
+OUTBOX_HEARTBEAT = TopicSpec(
+    name="debezium-heartbeat.invoicing-outbox",
+    partitions=1,
+    key="the connector's logical name",
+    description="Debezium heartbeats of the outbox connector (internal; no contract)",
+    retention_ms=_DAY_MS,
+)
+
 #: Every topic of the pipeline, in creation order.
 REGISTRY: tuple[TopicSpec, ...] = (
     ACCOUNT_EVENTS,

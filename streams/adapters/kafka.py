@@ -30,7 +30,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 from streams.core.billing.rows import Record
 from streams.errors import InvoicingError
 from streams.settings import KafkaSettings
-from streams.topics import REGISTRY, TopicSpec
+from streams.topics import OUTBOX_HEARTBEAT, REGISTRY, TopicSpec
 
 
 class KafkaAdapterError(InvoicingError):
@@ -196,8 +196,13 @@ def replicated(spec: TopicSpec, kafka: KafkaSettings) -> TopicSpec:
 
 
 def topic_specs(kafka: KafkaSettings) -> tuple[TopicSpec, ...]:
-    """The registry's topics under ``kafka.topic_prefix``, with their replication."""
-    return tuple(replicated(spec, kafka).with_prefix(kafka.topic_prefix) for spec in REGISTRY)
+    """The registry's topics and the outbox connector's heartbeat topic
+    (:data:`~streams.topics.OUTBOX_HEARTBEAT`) under ``kafka.topic_prefix``, with their
+    replication."""
+    return tuple(
+        replicated(spec, kafka).with_prefix(kafka.topic_prefix)
+        for spec in (*REGISTRY, OUTBOX_HEARTBEAT)
+    )
 
 
 def ensure_topics(

@@ -21,7 +21,7 @@ from streams.bootstrap import require_profile
 from streams.bootstrap.view import view_config
 from streams.entrypoints.app import app
 from streams.settings import KafkaSettings, Settings, TopicReplication
-from streams.topics import REGISTRY
+from streams.topics import OUTBOX_HEARTBEAT, REGISTRY
 
 
 @pytest.fixture
@@ -49,7 +49,7 @@ def test_production_profile_defaults_to_three_and_two(clean_env: pytest.MonkeyPa
     clean_env.setenv("INVOICING_PROFILE", "production")
     settings = Settings()
     specs = topic_specs(settings.kafka)
-    assert {s.name for s in specs} == {s.name for s in REGISTRY}
+    assert {s.name for s in specs} == {s.name for s in (*REGISTRY, OUTBOX_HEARTBEAT)}
     for spec in specs:
         assert spec.replication_factor == 3
         assert spec.config()["min.insync.replicas"] == "2"

@@ -18,6 +18,7 @@ plants) rows that no runtime role may touch.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import re
 import time
 from collections.abc import Iterator
@@ -43,7 +44,7 @@ from streams.devtools.sandbox.smtp import free_port, running_smtp_sink
 from streams.devtools.stack.fake_tax import FakeTaxProcess, running_fake_tax
 from streams.devtools.stack.tls import smtp_sink_tls, tls_files
 from streams.settings import KafkaSettings, PostgresSettings, RoleName, Settings
-from streams.topics import ACCOUNT_EVENTS
+from streams.topics import ACCOUNT_EVENTS, OUTBOX_HEARTBEAT
 
 #: librdkafka's log line for a refused or dropped connection (``%3|<time>|FAIL|…``).
 _CONNECTION_NOISE = re.compile(
@@ -195,6 +196,9 @@ def isolated_pipeline(
                 # Own logical name: Debezium registers its JMX metrics under it, and a name
                 # shared with another running connector delays streaming by ~2 minutes.
                 config["topic.prefix"] = f"outbox-{unique}"
+                # ... and so its own heartbeat topic (the registry's names the stack's)
+                heartbeat = f"{config['topic.heartbeat.prefix']}.{config['topic.prefix']}"
+                ensure_topics(kafka, (dataclasses.replace(OUTBOX_HEARTBEAT, name=heartbeat),))
                 response = client.put(f"/connectors/{connect.outbox_connector}/config", json=config)
                 assert response.status_code in (200, 201), response.text
                 wait_running(client, connect.outbox_connector, 90)
