@@ -325,8 +325,13 @@ class Reader:
         self.conn = conn
         self._queue: queue.Queue[bytes | None] = queue.Queue(AHEAD_MESSAGES)
         self._stopped = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def listen(self) -> None:
+        """Start receiving (once every reader is forked: a reader forked while another
+        one's thread runs could inherit a lock that thread held)."""
         self._thread = threading.Thread(
-            target=self._receive, name=f"{process.name}-pipe", daemon=True
+            target=self._receive, name=f"{self.process.name}-pipe", daemon=True
         )
         self._thread.start()
 
@@ -367,7 +372,8 @@ class Reader:
         if self.process.is_alive():
             self.process.kill()
         self.process.join()
-        self._thread.join(5.0)
+        if self._thread is not None:
+            self._thread.join(5.0)
         self.conn.close()
 
 
@@ -438,6 +444,8 @@ def start_reader(path: Path, encoder: UsageEncoder, readers: int | None = None) 
             process.start()
             send.close()  # the parent's copy; the pipe ends (EOFError) when the reader's closes
             made.readers.append(Reader(process, receive))
+        for reader in made.readers:
+            reader.listen()
     except BaseException:
         made.stop()
         raise
