@@ -147,6 +147,17 @@ def test_a_bad_billed_cost_is_reported_with_its_line_and_the_rest_proceeds() -> 
         ("PricingQuantity", "two", "PricingQuantity 'two'"),
         ("ChargePeriodStart", "2024-09-31 00:00:00", "ChargePeriodStart '2024-09-31 00:00:00'"),
         ("BillingPeriodStart", "yesterday", "BillingPeriodStart 'yesterday'"),
+        # before year 1 or after 9999 once in UTC: a row error, not a failed import
+        (
+            "ChargePeriodStart",
+            "0001-01-01 00:00:00+01:00",
+            "ChargePeriodStart '0001-01-01 00:00:00+01:00' is out of range in UTC",
+        ),
+        (
+            "BillingPeriodStart",
+            "9999-12-31 23:00:00-05:00",
+            "BillingPeriodStart '9999-12-31 23:00:00-05:00' is out of range in UTC",
+        ),
         ("BillingCurrency", "XXX", "BillingCurrency 'XXX'"),
         ("BillingCurrency", "NULL", "BillingCurrency is missing"),
         ("SubAccountId", "NULL", "SubAccountId is missing"),

@@ -97,8 +97,9 @@ def test_a_reader_that_fails_says_so_with_its_traceback_and_ends() -> None:
         got = list(reader.messages())
     finally:
         reader.stop()
-    assert [kind for kind, _ in got] == ["crash"]
-    assert "RuntimeError: encoder bug" in got[0][1]
+    # the rows before the failure (none: it fails on the first), then the traceback
+    assert [kind for kind, _ in got] == ["rows", "crash"] and got[0][1] == []
+    assert "RuntimeError: encoder bug" in got[1][1]
     assert reader.readers[0].process.exitcode is not None
 
 
@@ -319,3 +320,50 @@ def test_the_scan_counts_lines_before_each_cut_and_finds_a_bare_return_across_bl
     assert before == [data.count(b"\n", 0, cut) for cut in cuts]
     for broken in (data.replace(b"bb\r\n", b"bb\r"), data + b"\r", b"\r" + data):
         assert focus_parts.scan(io.BytesIO(broken), [], block_bytes)[0]
+
+
+class _BrokenAt(UsageEncoder):
+    """Fails on the row whose ``Id`` is ``at`` (a bug of the reader, not of the file)."""
+
+    def __init__(self, source: str, at: str) -> None:
+        super().__init__(source)
+        self.at = at
+
+    def encode_parts(self, result: FocusUsage) -> tuple[bytes, bytes, bytes]:
+        if result.event_id == self.at:
+            raise RuntimeError("encoder bug")
+        return super().encode_parts(result)
+
+
+def test_a_failing_reader_has_every_row_before_the_failure_produced_however_many(
+    tmp_path: Path,
+) -> None:
+    with SAMPLE.open(newline="", encoding="utf-8") as handle:
+        ids = [r.event_id for r in iter_focus_rows(handle) if isinstance(r, FocusUsage)]
+    at = 812  # in the second half: the second part of two
+    produced = []
+    for readers in (1, 2, 3):
+        producer = _Producer()
+        reader = start_reader(SAMPLE, _BrokenAt(SOURCE, ids[at]), readers)
+        try:
+            with pytest.raises(SourceUnreadable, match="RuntimeError: encoder bug"):
+                _produce_rows(
+                    reader,
+                    UsageEncoder(SOURCE),
+                    DeliveryTracker(),
+                    producer,  # type: ignore[arg-type]
+                    "t",
+                    SAMPLE,
+                    lambda _n: None,
+                )
+        finally:
+            reader.stop()
+        produced.append(
+            [
+                headers
+                for _key, _value, headers in producer.records
+                if (b"usage" in dict(headers)["ce_type"])
+            ]
+        )
+    assert [dict(h)["ce_id"].decode() for h in produced[0]] == ids[:at]
+    assert produced[1] == produced[0] and produced[2] == produced[0]

@@ -269,7 +269,9 @@ def _send_results(
     encoder: UsageEncoder,
 ) -> set[str] | None:
     """Send ``results`` as ``"rows"`` of :data:`BATCH_ROWS` items; returns the accounts
-    seen, or None after ``"not-utf8"`` (a line was not UTF-8: the reader stops)."""
+    seen, or None after ``"not-utf8"`` (a line was not UTF-8: the reader stops). Any
+    other failure sends the items made before it, then is raised (the reader reports
+    it), so the rows before a failure are produced, however the file is divided."""
     customers: dict[str, CustomerUpserted] = {}
     batch: list[tuple[Any, ...]] = []
     try:
@@ -282,6 +284,9 @@ def _send_results(
         send("rows", batch)
         send("not-utf8", str(exc))
         return None
+    except BaseException:
+        send("rows", batch)
+        raise
     send("rows", batch)
     return set(customers)
 
@@ -292,22 +297,35 @@ def _item(
     customers: dict[str, CustomerUpserted],
     batch: list[tuple[Any, ...]],
 ) -> tuple[Any, ...]:
-    """The row's item; a changed account's ``CUSTOMER`` item goes into ``batch`` first."""
+    """The row's item; a changed account's ``CUSTOMER`` item goes into ``batch`` first
+    (once the row is encoded: a row the encoder fails on sends nothing)."""
     if isinstance(result, FocusRowError):
         return (SKIPPED, result.line_number, result.reason, result.raw_id)
+    item: tuple[Any, ...]
     customer = result.customer
     customer_id = customer.customer_id
+    try:
+        key, value, ce_time = encoder.encode_parts(result)
+    except ValidationError as exc:
+        item = (SKIPPED, result.line_number, _id_problem(exc), None)
+    else:
+        period = result.fields.billing_period
+        item = (
+            USAGE,
+            result.line_number,
+            result.event_id,
+            customer_id,
+            period,
+            key,
+            value,
+            ce_time,
+        )
     sent = customers.get(customer_id)
     if sent is not customer and sent != customer:
         envelope = Envelope.wrap(customer, id=result.customer_event_id, source=encoder.source)
         batch.append((CUSTOMER, result.line_number, envelope.id, customer_id, encode(envelope)))
         customers[customer_id] = customer
-    try:
-        key, value, ce_time = encoder.encode_parts(result)
-    except ValidationError as exc:
-        return (SKIPPED, result.line_number, _id_problem(exc), None)
-    period = result.fields.billing_period
-    return (USAGE, result.line_number, result.event_id, customer_id, period, key, value, ce_time)
+    return item
 
 
 #: Messages of a reader the importer holds before it asks for them (each about half a

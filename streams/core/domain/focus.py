@@ -527,7 +527,10 @@ def _parse_time(column: str, text: str) -> datetime:
         ) from None
     if value.tzinfo is None:
         return value.replace(tzinfo=UTC)
-    return value.astimezone(UTC)
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:  # e.g. 0001-01-01 00:00:00+01:00: before year 1 in UTC
+        raise _RowProblem(f"{column} {text!r} is out of range in UTC") from None
 
 
 def _summarise(exc: ValidationError) -> str:
