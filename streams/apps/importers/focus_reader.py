@@ -236,9 +236,10 @@ def _read(conn: Connection, path: Path, encoder: UsageEncoder, parts: list[Part]
                 except (FocusFormatError, UnicodeDecodeError) as exc:
                     send("unreadable", str(exc))
                     return
-                if _send_results(send, results, encoder):
+                if _send_results(send, results, encoder, {}):
                     send("end", set())
             return
+        encoded: _Encoded = {}  # across this reader's parts
         with path.open("rb") as raw:
             for part in parts:
                 lines = Lines(raw, part.start)
@@ -246,7 +247,7 @@ def _read(conn: Connection, path: Path, encoder: UsageEncoder, parts: list[Part]
                 results = iter_focus_rows(
                     lines, header=part.header, lines_before=part.lines_before, stop=bound
                 )
-                accounts = _send_results(send, results, encoder)
+                accounts = _send_results(send, results, encoder, encoded)
                 if accounts is None:
                     return
                 if not bound.reached:  # the end of the file
@@ -263,10 +264,17 @@ def _read(conn: Connection, path: Path, encoder: UsageEncoder, parts: list[Part]
         conn.close()
 
 
+#: customer id → (the account's details, its event id, its encoded ``customer.upserted``):
+#: a reader encodes an account's event once while its details stay, though it sends it
+#: again in each of its parts.
+_Encoded = dict[str, tuple[CustomerUpserted, str, EncodedRecord]]
+
+
 def _send_results(
     send: Callable[[str, Any], None],
     results: Iterator[FocusUsage | FocusRowError],
     encoder: UsageEncoder,
+    encoded: _Encoded,
 ) -> set[str] | None:
     """Send ``results`` as ``"rows"`` of :data:`BATCH_ROWS` items; returns the accounts
     seen, or None after ``"not-utf8"`` (a line was not UTF-8: the reader stops). Any
@@ -276,7 +284,7 @@ def _send_results(
     batch: list[tuple[Any, ...]] = []
     try:
         for result in results:
-            batch.append(_item(result, encoder, customers, batch))
+            batch.append(_item(result, encoder, customers, batch, encoded))
             if len(batch) >= BATCH_ROWS:
                 send("rows", batch)
                 batch = []
@@ -296,9 +304,11 @@ def _item(
     encoder: UsageEncoder,
     customers: dict[str, CustomerUpserted],
     batch: list[tuple[Any, ...]],
+    encoded: _Encoded,
 ) -> tuple[Any, ...]:
     """The row's item; a changed account's ``CUSTOMER`` item goes into ``batch`` first
-    (once the row is encoded: a row the encoder fails on sends nothing)."""
+    (once the row is encoded: a row the encoder fails on sends nothing). The account's
+    record is taken from ``encoded`` while its details are the same."""
     if isinstance(result, FocusRowError):
         return (SKIPPED, result.line_number, result.reason, result.raw_id)
     item: tuple[Any, ...]
@@ -322,8 +332,11 @@ def _item(
         )
     sent = customers.get(customer_id)
     if sent is not customer and sent != customer:
-        envelope = Envelope.wrap(customer, id=result.customer_event_id, source=encoder.source)
-        batch.append((CUSTOMER, result.line_number, envelope.id, customer_id, encode(envelope)))
+        known = encoded.get(customer_id)
+        if known is None or (known[0] is not customer and known[0] != customer):
+            envelope = Envelope.wrap(customer, id=result.customer_event_id, source=encoder.source)
+            known = encoded[customer_id] = (customer, envelope.id, encode(envelope))
+        batch.append((CUSTOMER, result.line_number, known[1], customer_id, known[2]))
         customers[customer_id] = customer
     return item
 
