@@ -147,14 +147,14 @@ class _Producer:
         return 0
 
 
-def _produced(path: Path, readers: int) -> tuple[list[Any], tuple[list[SkippedRow], int, Any, int]]:
-    """What the importer produces from ``path`` with ``readers`` readers: the records
-    (a customer event's ``ce_time``, the time it was encoded, left out) and
-    ``_produce_rows``' result."""
-    producer = _Producer()
-    reader = start_reader(path, UsageEncoder(SOURCE), readers)
+def _import(
+    path: Path, readers: int, producer: _Producer, encoder: UsageEncoder | None = None
+) -> tuple[list[SkippedRow], int, Any, int]:
+    """``_produce_rows`` of ``path`` read by ``readers`` readers (with ``encoder``) into
+    ``producer``; its result, or what it raised."""
+    reader = start_reader(path, encoder or UsageEncoder(SOURCE), readers)
     try:
-        outcome = _produce_rows(
+        return _produce_rows(
             reader,
             UsageEncoder(SOURCE),
             DeliveryTracker(),
@@ -165,6 +165,14 @@ def _produced(path: Path, readers: int) -> tuple[list[Any], tuple[list[SkippedRo
         )
     finally:
         reader.stop()
+
+
+def _produced(path: Path, readers: int) -> tuple[list[Any], tuple[list[SkippedRow], int, Any, int]]:
+    """What the importer produces from ``path`` with ``readers`` readers: the records
+    (a customer event's ``ce_time``, the time it was encoded, left out) and
+    ``_produce_rows``' result."""
+    producer = _Producer()
+    outcome = _import(path, readers, producer)
     records = []
     for key, value, headers in producer.records:
         kept = [
@@ -260,20 +268,8 @@ def test_several_readers_stop_where_the_file_stops_being_utf8_as_one_does(
     produced = []
     for readers in (1, 2, 3):
         producer = _Producer()
-        reader = start_reader(path, UsageEncoder(SOURCE), readers)
-        try:
-            with pytest.raises(SourceUnreadable, match="not UTF-8"):
-                _produce_rows(
-                    reader,
-                    UsageEncoder(SOURCE),
-                    DeliveryTracker(),
-                    producer,  # type: ignore[arg-type]
-                    "t",
-                    path,
-                    lambda _n: None,
-                )
-        finally:
-            reader.stop()
+        with pytest.raises(SourceUnreadable, match="not UTF-8"):
+            _import(path, readers, producer)
         produced.append(
             [
                 value
@@ -344,20 +340,8 @@ def test_a_failing_reader_has_every_row_before_the_failure_produced_however_many
     produced = []
     for readers in (1, 2, 3):
         producer = _Producer()
-        reader = start_reader(SAMPLE, _BrokenAt(SOURCE, ids[at]), readers)
-        try:
-            with pytest.raises(SourceUnreadable, match="RuntimeError: encoder bug"):
-                _produce_rows(
-                    reader,
-                    UsageEncoder(SOURCE),
-                    DeliveryTracker(),
-                    producer,  # type: ignore[arg-type]
-                    "t",
-                    SAMPLE,
-                    lambda _n: None,
-                )
-        finally:
-            reader.stop()
+        with pytest.raises(SourceUnreadable, match="RuntimeError: encoder bug"):
+            _import(SAMPLE, readers, producer, _BrokenAt(SOURCE, ids[at]))
         produced.append(
             [
                 headers
