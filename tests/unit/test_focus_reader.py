@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -148,10 +149,14 @@ class _Producer:
 
 
 def _import(
-    path: Path, readers: int, producer: _Producer, encoder: UsageEncoder | None = None
+    path: Path,
+    readers: int,
+    producer: _Producer,
+    encoder: UsageEncoder | None = None,
+    advance: Callable[[int], None] = lambda _n: None,
 ) -> tuple[list[SkippedRow], int, Any, int]:
     """``_produce_rows`` of ``path`` read by ``readers`` readers (with ``encoder``) into
-    ``producer``; its result, or what it raised."""
+    ``producer``, ``advance`` its progress callback; its result, or what it raised."""
     reader = start_reader(path, encoder or UsageEncoder(SOURCE), readers)
     try:
         return _produce_rows(
@@ -161,7 +166,7 @@ def _import(
             producer,  # type: ignore[arg-type]
             "t",
             path,
-            lambda _n: None,
+            advance,
         )
     finally:
         reader.stop()
@@ -351,3 +356,12 @@ def test_a_failing_reader_has_every_row_before_the_failure_produced_however_many
         )
     assert [dict(h)["ce_id"].decode() for h in produced[0]] == ids[:at]
     assert produced[1] == produced[0] and produced[2] == produced[0]
+
+
+@pytest.mark.parametrize("readers", [1, 2])
+def test_progress_counts_the_files_rows_not_the_customer_events(readers: int) -> None:
+    steps: list[int] = []
+    _skipped, customers, _periods, rows = _import(
+        SAMPLE, readers, _Producer(), advance=steps.append
+    )
+    assert customers > 0 and sum(steps) == rows == 1000

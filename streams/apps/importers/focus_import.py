@@ -480,6 +480,7 @@ def _produce_rows(
     accounts: dict[str, bytes | None] = {}
     for kind, body in reader.messages():
         if kind == "rows":
+            before = rows
             for item in body:
                 tag = item[0]
                 if tag == USAGE:
@@ -506,7 +507,7 @@ def _produce_rows(
                     rows += 1
                     skipped.append(SkippedRow(line, reason, raw_id))
                     logger.warning("%s line %d skipped: %s", path.name, line, reason)
-            advance(len(body))
+            advance(rows - before)  # the file's rows: customer events are not rows
         elif kind == "end":
             return skipped, len(body), periods, rows
         elif kind == "unreadable":
