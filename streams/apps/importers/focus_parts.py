@@ -20,7 +20,9 @@ from streams.core.domain.errors import FocusFormatError
 from streams.core.domain.focus import read_focus_header
 
 __all__ = [
+    "MAX_PART_BYTES",
     "MAX_READERS",
+    "PARTS_PER_READER",
     "PART_BYTES",
     "SPLIT_BYTES",
     "Bound",
@@ -104,15 +106,25 @@ def readers_for(path: Path) -> int:
     return max(1, min(MAX_READERS, len(os.sched_getaffinity(0))))
 
 
-#: Bytes per part of a file read by several readers (the parts go to the readers in
-#: turn, so each runs ahead on its next part while another's is produced).
+#: Bytes per part of a file read by several readers, at least (the parts go to the
+#: readers in turn, so each runs ahead on its next part while another's is produced).
 PART_BYTES = 2 * 1024 * 1024
+
+#: Bytes per part at most: about what a reader's queue holds
+#: (``focus_reader.AHEAD_MESSAGES`` messages of 1,000 rows), so that a reader can read
+#: its whole next part while another's is produced.
+MAX_PART_BYTES = 32 * 1024 * 1024
+
+#: Parts per reader a file is cut into, between those bounds: fewer parts mean fewer
+#: repeated account events (a reader sends each account's event once per part).
+PARTS_PER_READER = 4
 
 
 def parts_of(path: Path, count: int, part_bytes: int | None = None) -> list[Part] | None:
-    """``path`` cut at line breaks into parts of about ``part_bytes`` (default
-    :data:`PART_BYTES`), or of ``size / count`` when that is less, for ``count`` readers
-    (one part when ``count`` is 1), or None when it must be read whole as a text file: its header
+    """``path`` cut at line breaks into parts for ``count`` readers (one part when
+    ``count`` is 1): of about ``size / (count * PARTS_PER_READER)`` bytes kept between
+    :data:`PART_BYTES` and :data:`MAX_PART_BYTES` (or of ``part_bytes``), and never more
+    than ``size / count``. None when it must be read whole as a text file: its header
     cannot be read (that reader reports why) or it has a bare ``\\r`` line break (parts
     are cut, and read, at ``\\n`` only). A cut may fall inside a quoted field: the
     reader before it then reads on past it (``focus_reader._read``), so any cut is safe.
@@ -128,7 +140,11 @@ def parts_of(path: Path, count: int, part_bytes: int | None = None) -> list[Part
         except (FocusFormatError, UnicodeDecodeError):
             return None
         cuts = [lines.pos]
-        step = min(part_bytes or PART_BYTES, max(1, size // max(1, count)))
+        if part_bytes is None:
+            step = min(max(PART_BYTES, size // (count * PARTS_PER_READER)), MAX_PART_BYTES)
+            step = min(step, max(1, size // max(1, count)))
+        else:
+            step = min(part_bytes, max(1, size // max(1, count)))
         while count > 1:
             at = cuts[-1] + step
             if at >= size:
