@@ -1,8 +1,9 @@
 """The FOCUS import's reading side: rows → encoded records, in reader processes.
 
 :func:`start_reader` forks one reader per core (at most :data:`MAX_READERS`; one for a
-file under :data:`SPLIT_BYTES`). The file is cut at line breaks into parts of about
-:data:`PART_BYTES` (:func:`parts_of`), dealt to the readers in turn. Each reader reads
+file under :data:`SPLIT_BYTES`). The file is cut at line breaks into about four parts
+per reader, between :data:`PART_BYTES` and ``MAX_PART_BYTES`` (:func:`parts_of`), dealt
+to the readers in turn. Each reader reads
 its parts with :func:`streams.core.domain.focus.iter_focus_rows`, encodes each mapped
 row's ``usage.recorded`` with :class:`UsageEncoder` and each new account's
 ``customer.upserted`` with :func:`streams.core.domain.codec.encode`, and sends them in
