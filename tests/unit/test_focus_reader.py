@@ -298,6 +298,17 @@ def test_a_file_with_a_bare_carriage_return_is_read_whole_by_one_reader(tmp_path
     assert sum(len(body) for kind, body in got if kind == "rows") == sum(
         len(body) for kind, body in messages(SAMPLE) if kind == "rows"
     )
+    # and the same summary, the accounts counted (the text reader's "end" carries them)
+    assert _import(path, 1, _Producer())[1:] == _import(SAMPLE, 1, _Producer())[1:]
+
+
+def test_a_text_read_file_whose_rows_all_fail_still_ends(tmp_path: Path) -> None:
+    path = tmp_path / "cr-bad.csv"
+    header = SAMPLE.read_text(encoding="utf-8").splitlines()[0]
+    path.write_bytes(header.encode() + b"\r" + b"1,2\r3,4\r")  # bare \r: the text reader
+    assert focus_parts.parts_of(path, 1) is None
+    skipped, customers, _periods, rows = _import(path, 1, _Producer())
+    assert (len(skipped), customers, rows) == (2, 0, 2)
 
 
 def test_a_small_file_gets_one_reader_a_large_one_one_per_core(tmp_path: Path) -> None:

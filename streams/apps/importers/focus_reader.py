@@ -237,8 +237,9 @@ def _read(conn: Connection, path: Path, encoder: UsageEncoder, parts: list[Part]
                 except (FocusFormatError, UnicodeDecodeError) as exc:
                     send("unreadable", str(exc))
                     return
-                if _send_results(send, results, encoder, {}):
-                    send("end", set())
+                accounts = _send_results(send, results, encoder, {})
+                if accounts is not None:
+                    send("end", accounts)
             return
         encoded: _Encoded = {}  # across this reader's parts
         with path.open("rb") as raw:
