@@ -140,11 +140,10 @@ def parts_of(path: Path, count: int, part_bytes: int | None = None) -> list[Part
         except (FocusFormatError, UnicodeDecodeError):
             return None
         cuts = [lines.pos]
-        if part_bytes is None:
-            step = min(max(PART_BYTES, size // (count * PARTS_PER_READER)), MAX_PART_BYTES)
-            step = min(step, max(1, size // max(1, count)))
-        else:
-            step = min(part_bytes, max(1, size // max(1, count)))
+        step = part_bytes or min(
+            max(PART_BYTES, size // (max(1, count) * PARTS_PER_READER)), MAX_PART_BYTES
+        )
+        step = min(step, max(1, size // max(1, count)))
         while count > 1:
             at = cuts[-1] + step
             if at >= size:
