@@ -70,7 +70,14 @@ from streams.apps.usage_view.access import (
     forward_target,
     forwarded_headers,
 )
-from streams.apps.usage_view.batch import Batch, SourceRecord, current_records
+from streams.apps.usage_view.batch import (
+    Batch,
+    ChangelogNotDelivered,
+    SourceRecord,
+    current_records,
+    delivered,
+    withhold,
+)
 from streams.apps.usage_view.event_index import Chunks, EventIndex
 from streams.apps.usage_view.preview import preview
 from streams.apps.usage_view.price_book import PriceBookSource, refresh_for_metrics
@@ -380,10 +387,12 @@ def create_app(config: ViewConfig, price_books: PriceBookSource, *, keys: KeySto
 
     def apply_batch(
         records: list[SourceRecord], envelopes: list[Envelope | InvalidEvent]
-    ) -> Counter[tuple[str, str]]:
+    ) -> tuple[Counter[tuple[str, str]], list[Any]]:
         """Apply ``records`` (in order, decoded as ``envelopes``) and write each changed
         key once; no ``await`` between the first read and the last write, so no
-        rebalance or timer runs in between (docs/usage-api.md, "Throughput")."""
+        rebalance or timer runs in between (docs/usage-api.md, "Throughput"). Returns
+        the outcomes counted per (event type, outcome) and the changelog records queued
+        (:attr:`Batch.sent`)."""
         batch = Batch()
         chunks = Chunks()
         outcomes: Counter[tuple[str, str]] = Counter()
@@ -405,13 +414,13 @@ def create_app(config: ViewConfig, price_books: PriceBookSource, *, keys: KeySto
         for name, count in batch.write().items():
             metrics.VIEW_KEYS_WRITTEN.labels(name).inc(count)
         metrics.VIEW_BATCH_RECORDS.observe(len(records))
-        return outcomes
+        return outcomes, batch.sent
 
     @app.agent(source, name="account-events")
     async def account_events(stream: Any) -> None:
-        # A batch at a time: faust acknowledges a batch's events only after this body
-        # has applied them and queued their changelog records, and flushes the producer
-        # before it commits their offsets (faust's Consumer._commit_offsets).
+        # A batch at a time: faust acknowledges a batch's events when this body is done
+        # with them, and this body is done once their changelog records are on the
+        # broker (delivered: faust's flush before a commit does not make sure of it).
         async for events in stream.take_events(config.batch_max_records, config.batch_wait_s):
             generation = app.consumer_generation_id
             records = current_records(events, generation)
@@ -436,12 +445,20 @@ def create_app(config: ViewConfig, price_books: PriceBookSource, *, keys: KeySto
             }
             index.ensure(event_ids, generation, owned | {r.partition for r in records})
             try:
-                outcomes = apply_batch(records, envelopes)
+                outcomes, sent = apply_batch(records, envelopes)
             except Exception as exc:
                 # A bug, not bad input (bad input is refused above): stop the instance
                 # loudly rather than skip the records; its partitions move to another
                 # instance, which retries from the last committed offset (apply_batch
-                # logged the record).
+                # logged the record). Withheld: faust acknowledges the events of a body
+                # that raised and commits on an agent's error.
+                withhold(events)
+                await app.crash(exc)
+                raise
+            try:
+                await delivered(sent, events)
+            except ChangelogNotDelivered as exc:
+                log.critical("usage view: %s; stopping", exc)
                 await app.crash(exc)
                 raise
             for (event_type, outcome), count in outcomes.items():
