@@ -21,7 +21,7 @@ BIN=.venv/bin
 LOGS=.local/test-logs
 WORKERS="${INTEGRATION_WORKERS:-3}"
 mkdir -p "$LOGS"
-rm -f "$LOGS"/*.log "$LOGS"/*.rc "$LOGS"/*.s
+rm -rf "$LOGS"/*.log "$LOGS"/*.rc "$LOGS"/*.s "$LOGS"/*.hung "$LOGS"/running
 
 # A job that runs longer than $TIER_TIMEOUT seconds (default 40 min; a job takes at most
 # about 15 on a 2-core box) is hung: pytest-timeout stops one test after 300 s, but not a
@@ -46,8 +46,15 @@ watchdog() {
   trap 'kill "$sleeper" 2>/dev/null; exit 0' TERM
   wait "$sleeper"
   kill -0 "$pid" 2>/dev/null || exit 0
+  # the tests its processes were in (tests/conftest.py writes them), for the summary
+  for f in "$LOGS/running/$name"/*; do
+    [ -e "$f" ] || continue
+    echo "$(cat "$f") (for $(($(date +%s) - $(stat -c %Y "$f"))) s, pid $(basename "$f"))"
+  done >"$LOGS/$name.hung"
   {
-    echo "=============================== $name: TIMEOUT after $TIER_TIMEOUT s; its processes:"
+    echo; echo "=============================== $name: TIMEOUT after $TIER_TIMEOUT s; in the tests:"
+    cat "$LOGS/$name.hung"
+    echo "its processes:"
     ps -o pid,ppid,etime,time,args -p "$(tree "$pid" | paste -sd,)" || true
     for p in $(tree "$pid"); do
       if [[ "$(ps -o comm= -p "$p" 2>/dev/null)" == python* || "$(ps -o comm= -p "$p" 2>/dev/null)" == pytest* ]]; then
@@ -69,7 +76,7 @@ watchdog() {
 run() {
   local name=$1 started=$SECONDS rc pid dog
   shift
-  "$@" >"$LOGS/$name.log" 2>&1 &
+  INVOICING_TEST_RUNNING="$(realpath -m "$LOGS/running/$name")" "$@" >"$LOGS/$name.log" 2>&1 &
   pid=$!
   watchdog "$name" "$pid" </dev/null >/dev/null 2>&1 &
   dog=$!
@@ -150,6 +157,7 @@ echo "=============================== summary (phase 1 ${phase1} s, total ${tota
 for name in lint typecheck compat unit security fuzz chaos-stack chaos integration serial; do
   rc=$(cat "$LOGS/$name.rc" 2>/dev/null || echo missing)
   printf '  %-12s %5s s  exit %s\n' "$name" "$(cat "$LOGS/$name.s" 2>/dev/null || echo -)" "$rc"
+  [ -s "$LOGS/$name.hung" ] && sed 's/^/      hung in: /' "$LOGS/$name.hung"
   [ "$rc" = 0 ] || status=1
 done
 [ "$status" = 0 ] || [ "$failed" -gt 0 ] || failed=1  # a failed lint or type check counts

@@ -10,6 +10,8 @@ running, and they fail (never skip) when a service is missing.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -32,6 +34,24 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "security: a finding of the security review (tests/security, docs/security.md)"
     )
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    """With ``$INVOICING_TEST_RUNNING`` set (scripts/test-tiers.sh sets it to a folder per
+    tier), the test this process runs is in ``<folder>/<pid>`` while it runs (set-up and
+    tear-down included), so a tier stopped as hung says which tests it was in."""
+    folder = os.environ.get("INVOICING_TEST_RUNNING")
+    if not folder:
+        yield
+        return
+    path = Path(folder) / str(os.getpid())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(item.nodeid + "\n")
+    try:
+        yield
+    finally:
+        path.unlink(missing_ok=True)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
