@@ -72,10 +72,10 @@ from streams.apps.usage_view.access import (
 )
 from streams.apps.usage_view.batch import (
     Batch,
-    ChangelogNotDelivered,
+    ChangelogDeliveries,
     SourceRecord,
     current_records,
-    delivered,
+    guard_commits,
     withhold,
 )
 from streams.apps.usage_view.event_index import Chunks, EventIndex
@@ -267,6 +267,9 @@ def create_app(config: ViewConfig, price_books: PriceBookSource, *, keys: KeySto
         value_serializer="json",
         stream_wait_empty=False,
     )
+    # every commit waits for the changelog records of the batches it commits
+    deliveries = ChangelogDeliveries()
+    guard_commits(app, deliveries)
     source = app.topic(
         config.source_topic,
         key_type=bytes,
@@ -418,9 +421,10 @@ def create_app(config: ViewConfig, price_books: PriceBookSource, *, keys: KeySto
 
     @app.agent(source, name="account-events")
     async def account_events(stream: Any) -> None:
-        # A batch at a time: faust acknowledges a batch's events when this body is done
-        # with them, and this body is done once their changelog records are on the
-        # broker (delivered: faust's flush before a commit does not make sure of it).
+        # A batch at a time: faust acknowledges a batch's events once this body has
+        # applied them and tracked their changelog records; a commit waits for those
+        # records to be on the broker (ChangelogDeliveries: faust's own flush before a
+        # commit does not make sure of it).
         async for events in stream.take_events(config.batch_max_records, config.batch_wait_s):
             generation = app.consumer_generation_id
             records = current_records(events, generation)
@@ -455,12 +459,8 @@ def create_app(config: ViewConfig, price_books: PriceBookSource, *, keys: KeySto
                 withhold(events)
                 await app.crash(exc)
                 raise
-            try:
-                await delivered(sent, events)
-            except ChangelogNotDelivered as exc:
-                log.critical("usage view: %s; stopping", exc)
-                await app.crash(exc)
-                raise
+            # before faust acknowledges the events: their offsets' commit waits for these
+            deliveries.track(sent)
             for (event_type, outcome), count in outcomes.items():
                 metrics.VIEW_RECORDS.labels(event_type, outcome).inc(count)
             applied_at = time.time()

@@ -1,7 +1,7 @@
 """The usage view's batch apply and its table writes outside an event
 (docs/usage-api.md, "Throughput"): the source records of one ``take_events`` batch,
-the in-memory overlay that writes each changed key once, :func:`delivered`, which holds
-a batch's acknowledgement until its changelog records are on the broker, and
+the in-memory overlay that writes each changed key once, :class:`ChangelogDeliveries`,
+which keeps faust's commits behind the changelog records, and
 :func:`on_partition`, which points faust's RocksDB store at a partition's database."""
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ class Batch:
         self._read: dict[tuple[int, bytes], Any] = {}
         self._changed: dict[tuple[int, bytes], tuple[Any, bytes, Any, int]] = {}
         #: the changelog records :meth:`write` queued (faust ``FutureMessage`` objects, each
-        #: done once the broker has the record), for :func:`delivered`
+        #: done once the broker has the record), for :class:`ChangelogDeliveries`
         self.sent: list[Any] = []
 
     def get(self, table: Any, key: bytes, partition: int) -> Any:
@@ -114,8 +114,8 @@ def put_key(table: Any, key: bytes, value: Any, partition: int) -> Any:
 
 
 class ChangelogNotDelivered(RuntimeError):
-    """A changelog record of a batch did not reach the broker; the batch's offsets were
-    withheld from faust's commits (:func:`delivered`)."""
+    """A changelog record did not reach the broker (:class:`ChangelogDeliveries`): the
+    commit that waited for it fails, so no offset past it is committed."""
 
 
 def withhold(events: Iterable[Any]) -> None:
@@ -128,40 +128,95 @@ def withhold(events: Iterable[Any]) -> None:
         event.message.acked = True
 
 
-async def delivered(sent: list[Any], events: list[Any]) -> None:
-    """Return once every changelog record in ``sent`` (faust ``FutureMessage`` objects, from
-    :attr:`Batch.sent`) is on the broker, so that the ``events`` of the batch are
-    acknowledged, and their offsets committed, only after the state they produced can be
-    recovered from the changelog.
+#: Longest wait of a commit for the changelog records sent before it (seconds); then the
+#: commit fails and the instance stops (:class:`ChangelogDeliveries`).
+CHANGELOG_DELIVERY_TIMEOUT_S = 60.0
 
-    Why not faust's own order (its consumer flushes the producer before it commits):
-    faust's ``ProducerBuffer.flush`` returns when no record has been handed to aiokafka
-    for 0.1 s, even with records still queued, and a record its sender task has taken
-    from the queue but aiokafka has not yet accepted (waiting for room in a batch) is
-    counted by neither flush. A commit could then pass an offset whose changelog record
-    was still in the process, and a ``kill -9`` at that moment lost it for the next owner
+
+class ChangelogDeliveries:
+    """The changelog records sent and not yet known to be on the broker; faust's commits
+    wait for them (:func:`guard_commits`), so an offset is committed only once the state
+    its record produced can be recovered from the changelog.
+
+    Why faust's own order is not enough: its consumer flushes the producer before it
+    commits, but its ``ProducerBuffer.flush`` returns when no record has been handed to
+    aiokafka for 0.1 s, even with records still queued, and a record its sender task has
+    taken from the queue while aiokafka waits for room in a batch is counted by neither
+    flush. A commit could then pass an offset whose changelog record was still inside the
+    process, and a ``kill -9`` at that moment lost it for the partition's next owner
     (docs/decisions/0098-usage-view-state.md). Pinned by
     ``tests/unit/usage_view/test_changelog_delivery.py``.
 
-    Raises :class:`ChangelogNotDelivered` (with the producer's error as its cause) when
-    a record failed, and lets a cancellation through (the instance stopping); either
-    way after withholding every one of ``events`` (:func:`withhold`), so a record whose
-    delivery is unknown is read again by the partition's next owner, where the offsets
-    in the state values make it count once (docs/decisions/0098-usage-view-state.md).
+    The agent does not wait: it tracks each batch's records (:meth:`track`) before
+    faust acknowledges the batch's events, and goes on with the next batch.
     """
-    if not sent:
-        return
-    try:
-        await asyncio.gather(*sent)
-    except BaseException as exc:
-        withhold(events)
-        if not isinstance(exc, Exception):
-            raise  # cancelled: the batch is read again by the next owner
-        failed = sum(1 for fut in sent if fut.done() and (fut.cancelled() or fut.exception()))
-        raise ChangelogNotDelivered(
-            f"{failed} of {len(sent)} changelog records of a batch of {len(events)}"
-            f" events were not delivered: {type(exc).__name__}: {exc}"
-        ) from exc
+
+    __slots__ = ("_pending", "failure", "timeout_s")
+
+    def __init__(self, timeout_s: float = CHANGELOG_DELIVERY_TIMEOUT_S) -> None:
+        self._pending: set[Any] = set()
+        #: the first changelog record that failed, if any (every later wait raises)
+        self.failure: BaseException | None = None
+        self.timeout_s = timeout_s
+
+    def track(self, sent: Iterable[Any]) -> None:
+        """Track ``sent`` (faust ``FutureMessage`` objects, from :attr:`Batch.sent`)."""
+        for fut in sent:
+            if fut is None:
+                continue
+            self._pending.add(fut)
+            fut.add_done_callback(self._done)
+
+    def _done(self, fut: Any) -> None:
+        self._pending.discard(fut)
+        if self.failure is None:
+            if fut.cancelled():
+                self.failure = asyncio.CancelledError("changelog record cancelled")
+            elif fut.exception() is not None:
+                self.failure = fut.exception()
+
+    @property
+    def pending(self) -> int:
+        """How many tracked records are not yet delivered."""
+        return len(self._pending)
+
+    async def wait(self) -> None:
+        """Return once every record tracked so far is on the broker (records tracked
+        while waiting are the next commit's).
+
+        Raises:
+            ChangelogNotDelivered: a tracked record failed (now or earlier: the instance
+                stops, it never commits again), or some are still undelivered after
+                :attr:`timeout_s` seconds.
+        """
+        snapshot = list(self._pending)
+        if snapshot:
+            _, late = await asyncio.wait(snapshot, timeout=self.timeout_s)
+            if late:
+                raise ChangelogNotDelivered(
+                    f"{len(late)} of {len(snapshot)} changelog records not delivered after"
+                    f" {self.timeout_s:g} s"
+                )
+        if self.failure is not None:
+            raise ChangelogNotDelivered(
+                f"a changelog record was not delivered: {type(self.failure).__name__}:"
+                f" {self.failure}"
+            ) from self.failure
+
+
+def guard_commits(app: Any, deliveries: ChangelogDeliveries) -> None:
+    """Make ``app``'s producer flush, which faust's consumer awaits before every commit
+    (``Consumer._commit_offsets``) and its rebalance awaits after revoking partitions,
+    wait for ``deliveries`` first. A :class:`ChangelogNotDelivered` from it fails the
+    commit (no offset is committed) and stops the instance."""
+    producer = app.producer
+    flush = producer.flush
+
+    async def flush_after_deliveries() -> None:
+        await deliveries.wait()
+        await flush()
+
+    producer.flush = flush_after_deliveries
 
 
 class _PartitionEvent:

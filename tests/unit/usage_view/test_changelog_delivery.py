@@ -1,11 +1,13 @@
-"""A batch of the usage view is acknowledged only once its changelog records are on the
-broker (streams/apps/usage_view/batch.py ``delivered``; docs/decisions/0098-usage-view-state.md).
+"""The usage view commits a source offset only once the changelog records sent before
+the commit are on the broker (streams/apps/usage_view/batch.py ``ChangelogDeliveries``;
+docs/decisions/0098-usage-view-state.md).
 
 The first test pins why on the installed faust: its producer buffer's ``flush``, which
 its consumer awaits before a commit, returns while a record is still on its way to
 aiokafka, so faust's own order (flush, then commit) does not keep a commit behind the
-changelog. The others hold :func:`delivered` and :func:`withhold` to their contract, the
-last against faust's ``Consumer.ack``. No broker: the records' futures are resolved by
+changelog. The others hold :class:`ChangelogDeliveries`, :func:`guard_commits` (through
+faust's own ``Consumer._commit_offsets``) and :func:`withhold` (against faust's
+``Consumer.ack``) to their contract. No broker: the records' futures are resolved by
 the test.
 """
 
@@ -21,7 +23,12 @@ from faust.transport.consumer import Consumer
 from faust.transport.producer import ProducerBuffer
 from faust.types.tuples import TP, FutureMessage
 
-from streams.apps.usage_view.batch import ChangelogNotDelivered, delivered, withhold
+from streams.apps.usage_view.batch import (
+    ChangelogDeliveries,
+    ChangelogNotDelivered,
+    guard_commits,
+    withhold,
+)
 
 
 def _event(offset: int) -> Any:
@@ -68,61 +75,126 @@ def test_fausts_buffer_flush_returns_before_a_slow_record_reached_the_producer()
     assert handed_over
 
 
-def test_delivered_returns_only_once_every_record_is_on_the_broker() -> None:
-    async def scenario() -> tuple[list[bool], list[bool]]:
+def _deliveries(timeout_s: float = 5.0) -> ChangelogDeliveries:
+    return ChangelogDeliveries(timeout_s=timeout_s)
+
+
+def test_a_wait_returns_once_every_record_tracked_before_it_is_on_the_broker() -> None:
+    async def scenario() -> tuple[list[bool], bool, int]:
+        deliveries = _deliveries()
         sent = [_future() for _ in range(3)]
-        events = [_event(n) for n in range(5)]
-        waiting = asyncio.ensure_future(delivered(sent, events))
+        deliveries.track([*sent, None])  # None: a test table's send records nothing
+        waiting = asyncio.ensure_future(deliveries.wait())
+        await asyncio.sleep(0.01)
+        later = _future()
+        deliveries.track([later])  # the next commit's
         done_before: list[bool] = []
         for fut in sent:
             await asyncio.sleep(0.01)
             done_before.append(waiting.done())
             fut.set_result(None)  # type: ignore[arg-type]
         await asyncio.wait_for(waiting, 1)
-        return done_before, [e.message.acked for e in events]
+        return done_before, later.done(), deliveries.pending
 
-    done_before, acked = asyncio.run(scenario())
+    done_before, later_done, pending = asyncio.run(scenario())
     assert done_before == [False, False, False]
-    assert acked == [False] * 5  # faust acknowledges them itself afterwards
+    assert not later_done and pending == 1
 
 
-def test_a_batch_with_no_changelog_record_is_delivered_at_once() -> None:
-    events = [_event(0)]
-    asyncio.run(asyncio.wait_for(delivered([], events), 1))
-    assert not events[0].message.acked
+def test_with_nothing_tracked_a_wait_returns_at_once() -> None:
+    asyncio.run(asyncio.wait_for(_deliveries().wait(), 1))
 
 
-def test_a_failed_record_withholds_the_whole_batch_and_says_how_many_failed() -> None:
-    async def scenario(events: list[Any]) -> None:
-        sent = [_future() for _ in range(4)]
+def test_a_failed_record_fails_that_commit_and_every_later_one() -> None:
+    async def scenario() -> list[str]:
+        deliveries = _deliveries()
+        sent = [_future() for _ in range(3)]
+        deliveries.track(sent)
         sent[0].set_result(None)  # type: ignore[arg-type]
-        sent[2].set_exception(TimeoutError("no leader for the changelog partition"))
-        sent[1].set_result(None)  # type: ignore[arg-type]
-        sent[3].set_result(None)  # type: ignore[arg-type]
-        await delivered(sent, events)
+        sent[1].set_exception(TimeoutError("no leader for the changelog partition"))
+        sent[2].set_result(None)  # type: ignore[arg-type]
+        errors = []
+        for _ in range(2):
+            with pytest.raises(ChangelogNotDelivered) as caught:
+                await deliveries.wait()
+            assert isinstance(caught.value.__cause__, TimeoutError)
+            errors.append(str(caught.value))
+        return errors
 
-    events = [_event(n) for n in range(6)]
-    with pytest.raises(ChangelogNotDelivered) as caught:
-        asyncio.run(scenario(events))
-    assert str(caught.value) == (
-        "1 of 4 changelog records of a batch of 6 events were not delivered:"
-        " TimeoutError: no leader for the changelog partition"
+    assert (
+        asyncio.run(scenario())
+        == [
+            "a changelog record was not delivered: TimeoutError:"
+            " no leader for the changelog partition"
+        ]
+        * 2
     )
-    assert isinstance(caught.value.__cause__, TimeoutError)
-    assert all(e.message.acked for e in events)
 
 
-def test_a_cancelled_wait_withholds_the_batch_and_stays_a_cancellation() -> None:
-    async def scenario(events: list[Any]) -> None:
-        waiting = asyncio.ensure_future(delivered([_future()], events))
-        await asyncio.sleep(0.01)
-        waiting.cancel()
-        await waiting
+def test_records_still_undelivered_after_the_timeout_fail_the_commit() -> None:
+    async def scenario() -> None:
+        deliveries = _deliveries(timeout_s=0.05)
+        sent = [_future() for _ in range(4)]
+        deliveries.track(sent)
+        sent[0].set_result(None)  # type: ignore[arg-type]
+        await deliveries.wait()
 
-    events = [_event(n) for n in range(2)]
-    with pytest.raises(asyncio.CancelledError):
-        asyncio.run(scenario(events))
-    assert all(e.message.acked for e in events)
+    with pytest.raises(ChangelogNotDelivered) as caught:
+        asyncio.run(scenario())
+    assert str(caught.value) == "3 of 4 changelog records not delivered after 0.05 s"
+
+
+class _Log:
+    """faust's service logger, as ``Consumer._commit_offsets`` uses it: every call a no-op."""
+
+    def __getattr__(self, name: str) -> Any:
+        return lambda *args, **kwargs: None
+
+
+def test_fausts_commit_waits_for_the_tracked_records_once_guarded() -> None:
+    """Through the installed faust's ``Consumer._commit_offsets``: with the producer's
+    flush guarded, the offsets are committed only after the tracked record is delivered."""
+    tp = TP("billing.account-events.v1", 3)
+
+    async def scenario() -> list[str]:
+        steps: list[str] = []
+
+        async def flush() -> None:
+            steps.append("faust's flush")
+
+        async def commit(offsets: Any) -> bool:
+            steps.append(f"commit {dict(offsets)}")
+            return True
+
+        app = SimpleNamespace(
+            producer=SimpleNamespace(flush=flush),
+            tables=SimpleNamespace(on_commit=lambda offsets: None),
+            monitor=SimpleNamespace(on_tp_commit=lambda offsets: None),
+        )
+        consumer = SimpleNamespace(
+            app=app,
+            log=_Log(),
+            assignment=lambda: {tp},
+            in_transaction=False,
+            _commit=commit,
+            _committed_offset={},
+        )
+        deliveries = _deliveries()
+        guard_commits(app, deliveries)
+        record = _future()
+        deliveries.track([record])
+        committing = asyncio.ensure_future(Consumer._commit_offsets(consumer, {tp: 42}))  # type: ignore[arg-type]
+        await asyncio.sleep(0.05)
+        steps.append("record delivered")
+        record.set_result(None)  # type: ignore[arg-type]
+        assert await asyncio.wait_for(committing, 1) is True
+        return steps
+
+    assert asyncio.run(scenario()) == [
+        "record delivered",
+        "faust's flush",
+        f"commit {{{tp!r}: 42}}",
+    ]
 
 
 class _Message:
