@@ -16,6 +16,8 @@ from typing import Any, NamedTuple
 
 from faust.streams import _current_event
 
+from streams.errors import InvoicingError
+
 
 class SourceRecord(NamedTuple):
     """One source record as the view applies it."""
@@ -113,7 +115,7 @@ def put_key(table: Any, key: bytes, value: Any, partition: int) -> Any:
     return sent
 
 
-class ChangelogNotDelivered(RuntimeError):
+class ChangelogNotDelivered(InvoicingError):
     """A changelog record did not reach the broker (:class:`ChangelogDeliveries`): the
     commit that waited for it fails, so no offset past it is committed."""
 
