@@ -109,6 +109,11 @@ class WorkerSettings(BaseModel):
         ge=1,
         description='Invoice jobs running at once per worker process. Twice `tax.max_concurrency` by default, so that jobs reading or writing the database overlap the tax calls of others and the tax slots stay busy (docs/architecture.md "Long jobs").',
     )
+    markers_in_flight: int = Field(
+        4,
+        ge=1,
+        description='Close markers of one partition whose invoice jobs run at once, when they follow one another on the partition (distinct customers, no other record between them); the partition moves on once all of them have reported. 1 runs one marker at a time (docs/architecture.md "Long jobs").',
+    )
     email_render_processes: int = Field(
         2,
         ge=0,

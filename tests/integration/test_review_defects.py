@@ -223,7 +223,7 @@ def test_2_shutdown_with_queued_jobs_closes_the_consumer(
         marker = rows.CloseMarker(
             f"m-{partition}", f"c-{partition}", PERIOD, "period_closed", at(7, partition)
         )
-        worker._start_job(partition, token, marker)
+        worker._start_job(partition, token, [marker])
     worker.stop.set()
     failure: list[BaseException] = []
 

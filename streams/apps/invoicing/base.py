@@ -116,7 +116,9 @@ class WorkerBase:
 
     def _gauges(self) -> None:
         OWNED_PARTITIONS.set(sum(1 for state in self.partitions.values() if state.owned))
-        JOBS_IN_FLIGHT.set(len(self._jobs()))
+        JOBS_IN_FLIGHT.set(
+            sum(len(state.job.markers) for state in self._jobs() if state.job is not None)
+        )
 
     def _failed(self, stage: str, exc: BaseException) -> Failure:
         """Classify ``exc`` (the one table), count it, close the database gate when
@@ -267,8 +269,12 @@ class WorkerBase:
         self._pause(partition, None)
 
     def _start_marker(
-        self, partition: int, token: fencing.FencingToken, close: rows.CloseMarker, known: bool
+        self,
+        partition: int,
+        token: fencing.FencingToken,
+        closes: list[rows.CloseMarker],
+        known: set[int],
     ) -> None:
-        """Hand a close marker to its invoice job (the dispatch's; see
+        """Hand a run of close markers to their invoice jobs (the dispatch's; see
         :meth:`streams.apps.invoicing.dispatch.DispatchMixin._start_marker`)."""
         raise NotImplementedError

@@ -51,14 +51,22 @@ ACCOUNT_EVENT_TYPES = (
 
 @dataclass
 class Run:
-    """One partition's records of a poll, decoded, up to and including its first marker.
-    ``items`` holds per record its fast decoding, its envelope, or why it is refused."""
+    """One partition's records of a poll, decoded, up to and including its first marker,
+    and the close markers right after it (:func:`decode_run`). ``items`` holds per
+    record its fast decoding, its envelope, or why it is refused; ``followers`` the
+    markers that follow ``marker`` with no other record between them, in offset order."""
 
     partition: int
     token: fencing.FencingToken
     first_offset: int
     items: list[tuple[Record, FastUsage | Envelope | str]] = field(default_factory=list)
     marker: tuple[Record, Envelope] | None = None
+    followers: list[tuple[Record, Envelope]] = field(default_factory=list)
+
+    @property
+    def markers(self) -> list[tuple[Record, Envelope]]:
+        """The run's close markers in offset order: ``marker`` and its followers."""
+        return [] if self.marker is None else [self.marker, *self.followers]
 
     @property
     def next_offset(self) -> int:
@@ -72,8 +80,7 @@ class Run:
         """Offsets whose earlier dead-lettering must be looked up: refused records and
         the marker (a marker rejected before is not handed to a job again)."""
         found = [msg.offset for msg, item in self.items if isinstance(item, str)]
-        if self.marker is not None:
-            found.append(self.marker[0].offset)
+        found.extend(msg.offset for msg, _envelope in self.markers)
         return found
 
 
@@ -124,14 +131,39 @@ def fast_usage_row(msg: Record, fast: FastUsage) -> rows.UsageRow:
     )
 
 
-def decode_run(partition: int, token: fencing.FencingToken, msgs: list[Record]) -> Run:
-    """``msgs`` of ``partition`` decoded in order, up to and including the first marker
-    (the records after it are fetched again once its job is done)."""
+def decode_run(
+    partition: int, token: fencing.FencingToken, msgs: list[Record], max_markers: int = 1
+) -> Run:
+    """``msgs`` of ``partition`` decoded in order, up to and including the first marker,
+    then up to ``max_markers - 1`` more close markers that follow it directly (the
+    records after the run are handed on, or fetched again, once its jobs are done).
+
+    A follower joins only while every record between the first marker and it is a
+    close marker too, and only for a customer no earlier marker of the run names: so
+    each marker's job reads exactly the usage stored before it (only markers lie
+    between them), and no two jobs of a run invoice one customer
+    (docs/architecture.md "Long jobs"). Raises nothing: a record that does not decode
+    as a marker ends the run (it is decoded again in its own batch)."""
     run = Run(partition, token, msgs[0].offset)
+    customers: set[str] = set()
     for msg in msgs:
         item = decode_record(msg)
         if isinstance(item, Envelope) and isinstance(item.data, BillingPeriodClosed):
             run.marker = (msg, item)
+            customers.add(item.data.customer_id)
             break
         run.items.append((msg, item))
+    else:
+        return run
+    after = len(run.items) + 1
+    for msg in msgs[after : after + max_markers - 1]:
+        follower = decode_record(msg)
+        if not (
+            isinstance(follower, Envelope)
+            and isinstance(follower.data, BillingPeriodClosed)
+            and follower.data.customer_id not in customers
+        ):
+            break
+        customers.add(follower.data.customer_id)
+        run.followers.append((msg, follower))
     return run

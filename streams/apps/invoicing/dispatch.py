@@ -37,44 +37,75 @@ class DispatchMixin(WorkerBase):
     """The invoice jobs of :class:`~streams.apps.invoicing.worker.InvoicingWorker`."""
 
     def _start_job(
-        self, partition: int, token: fencing.FencingToken, marker: rows.CloseMarker
+        self,
+        partition: int,
+        token: fencing.FencingToken,
+        markers: list[rows.CloseMarker],
     ) -> None:
+        """Pause ``partition`` and hand each of ``markers`` (a run: consecutive on the
+        partition, distinct customers, offset order) to a job of its own on the pool."""
         self._pause(partition, None)
         cancel = threading.Event()
-        future = self.executor.submit(run_invoice_job, self.jobs_ctx, marker, token, cancel)
-        self.partitions[partition].job = InvoiceJob(marker, token, cancel, future)
+        futures = tuple(
+            self.executor.submit(run_invoice_job, self.jobs_ctx, marker, token, cancel)
+            for marker in markers
+        )
+        self.partitions[partition].job = InvoiceJob(tuple(markers), token, cancel, futures)
         self._gauges()
 
     def _collect_jobs(self) -> None:
         for state in self._jobs():
             job = state.job
-            if job is None or not job.future.done():
+            if job is None or not job.done():
                 continue
             state.job = None
             self._gauges()
-            self._job_done(state.partition, _result_of(job))
+            self._job_done(state.partition, _results_of(job))
 
-    def _job_done(self, partition: int, result: JobResult) -> None:
-        marker = result.marker
+    def _job_done(self, partition: int, results: list[JobResult]) -> None:
+        """Every job of a run of markers reported (``results`` in offset order): act on
+        each in turn. The partition moves past every marker whose outcome is final
+        (invoiced, already invoiced, drafted, held, refused and dead-lettered); the
+        first that is not (retry, cancelled, contended, a refusal not yet recorded)
+        stops there: its offset is the partition's restart, and the later markers of
+        the run are handled again (their jobs find what they wrote: idempotent)."""
         state = self.partitions.get(partition)
         ahead = state.ahead if state is not None else None
         if state is not None:
             state.ahead = None  # used below on success only; every other path seeks back
-        INVOICES.labels(result.outcome.value).inc()
-        self.stats[f"invoice_{result.outcome.value}"] += 1
+        for result in results:
+            INVOICES.labels(result.outcome.value).inc()
+            self.stats[f"invoice_{result.outcome.value}"] += 1
+        fenced = next((r for r in results if r.outcome is Outcome.FENCED), None)
+        if fenced is not None:
+            self._fenced(partition, "invoice", fencing.Fenced(fenced.token, None))
+            return
         owned = self._owned(partition)
-        still_ours = owned is not None and owned.token == result.token
-        if result.outcome is Outcome.FENCED:
-            self._fenced(partition, "invoice", fencing.Fenced(result.token, None))
+        if owned is None or owned.token != results[0].token:
             return
-        if not still_ours:
+        if results[0].marker.reason == RERATE_REASON:  # never a run: not a record
+            self._rerate_done(partition, results[0])
             return
-        if marker.reason == RERATE_REASON:
-            self._rerate_done(partition, result)
-            return
+        done_to: int | None = None  # the next offset after the last final marker
+        for result in results:
+            if not self._marker_done(partition, result):
+                if done_to is not None and self._owned(partition) is not None:
+                    self._commit(partition, done_to)
+                return
+            done_to = result.marker.source.offset + 1
+        last = results[-1].marker
+        self._commit(partition, last.source.offset + 1)
+        self.partitions[partition].rewind_to = None
+        self._go_on(partition, last, ahead)
+
+    def _marker_done(self, partition: int, result: JobResult) -> bool:
+        """One marker's outcome within its run: True when it is final (the partition may
+        move past it), False when the partition was set to restart at the marker
+        (backed off), or was fenced meanwhile."""
+        marker = result.marker
         if result.outcome is Outcome.CONTENDED:
             self._contended_job(partition, result)
-            return
+            return False
         if result.outcome in (Outcome.RETRY, Outcome.CANCELLED):
             log.warning(
                 "invoice of %s %s will be retried: %s",
@@ -83,10 +114,10 @@ class DispatchMixin(WorkerBase):
                 result.detail,
             )
             self._back_off(partition, rewind_to=marker.source.offset)
-            return
+            return False
         self._contended.pop(marker.event_id, None)
         if result.outcome is Outcome.FAILED and not self._reject_marker(partition, result):
-            return
+            return False
         if result.outcome is Outcome.INVOICED:
             log.info(
                 "invoiced %s %s: %s %s (%.2fs)",
@@ -99,9 +130,7 @@ class DispatchMixin(WorkerBase):
             if self.settings.fault.kill_after_db_commit:
                 _fault_kill_after_db_commit()
         self._track_draft(partition, result)
-        self._commit(partition, marker.source.offset + 1)
-        self.partitions[partition].rewind_to = None
-        self._go_on(partition, marker, ahead)
+        return True
 
     def _go_on(self, partition: int, marker: rows.CloseMarker, ahead: Ahead | None) -> None:
         """Resume the partition after ``marker``'s successful job.
@@ -281,28 +310,47 @@ class DispatchMixin(WorkerBase):
             )
 
     def _start_marker(
-        self, partition: int, token: fencing.FencingToken, close: rows.CloseMarker, known: bool
+        self,
+        partition: int,
+        token: fencing.FencingToken,
+        closes: list[rows.CloseMarker],
+        known: set[int],
     ) -> None:
-        """A close marker whose records before it are committed: start its job, or, when
-        it was dead-lettered (rejected) on an earlier delivery, move past it."""
-        if known:
-            self._commit(partition, close.source.offset + 1)
-            self._resume(partition, close.source.offset + 1)
+        """A run of close markers whose records before them are committed: start their
+        jobs, or, when the first was dead-lettered (rejected) on an earlier delivery
+        (its offset in ``known``), move past it. A later marker dead-lettered before
+        ends the run there (it is the first of a run of its own next time)."""
+        if closes[0].source.offset in known:
+            self._commit(partition, closes[0].source.offset + 1)
+            self._resume(partition, closes[0].source.offset + 1)
             return
-        self._start_job(partition, token, close)
-        RECORDS.labels("billing_period.closed", "job_started").inc()
-        # later records are fetched again after the job (it seeks past the marker)
+        end = next(
+            (i for i, close in enumerate(closes) if close.source.offset in known), len(closes)
+        )
+        self._start_job(partition, token, closes[:end])
+        RECORDS.labels("billing_period.closed", "job_started").inc(end)
+        # later records are handed on, or fetched again, after the jobs (dispatch `_go_on`)
 
 
-def _result_of(job: InvoiceJob) -> JobResult:
-    """A finished job's result; a job cancelled before it started, or one that raised
-    (run_invoice_job never does), is a result too (not committed, retried)."""
-    if job.future.cancelled():
-        return JobResult(job.marker, job.token, Outcome.CANCELLED, "cancelled before it started")
-    error = job.future.exception()
-    if error is not None:
-        return JobResult(job.marker, job.token, Outcome.RETRY, f"{type(error).__name__}: {error}")
-    return job.future.result()
+def _results_of(job: InvoiceJob) -> list[JobResult]:
+    """A finished run's results in offset order; a job cancelled before it started, or
+    one that raised (run_invoice_job never does), is a result too (not committed,
+    retried)."""
+    found: list[JobResult] = []
+    for marker, future in zip(job.markers, job.futures, strict=True):
+        if future.cancelled():
+            found.append(
+                JobResult(marker, job.token, Outcome.CANCELLED, "cancelled before it started")
+            )
+            continue
+        error = future.exception()
+        if error is not None:
+            found.append(
+                JobResult(marker, job.token, Outcome.RETRY, f"{type(error).__name__}: {error}")
+            )
+            continue
+        found.append(future.result())
+    return found
 
 
 def _fault_kill_after_db_commit() -> None:

@@ -111,7 +111,7 @@ class DraftsMixin(DispatchMixin):
             rows.SourceCoordinates(self.topic, partition, next_offset),
             None,
         )
-        self._start_job(partition, state.token, marker)
+        self._start_job(partition, state.token, [marker])
         log.info("re-rating the draft of %s %s after late usage", customer, period)
 
     def _grace_timers(self) -> None:

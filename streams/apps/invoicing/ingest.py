@@ -94,7 +94,9 @@ class IngestMixin(DraftsMixin):
             if not self._db.open():  # the database is away: keep these for later
                 self._flush_failed(partition, msgs[0].offset, "the database is backing off")
                 continue
-            runs[partition] = decode_run(partition, token, msgs)
+            runs[partition] = decode_run(
+                partition, token, msgs, self.settings.worker.markers_in_flight
+            )
         if not runs:
             return
         try:
@@ -125,26 +127,31 @@ class IngestMixin(DraftsMixin):
                 continue
             if self._owned(partition) is None:  # fenced meanwhile: not ours to close
                 continue
-            msg, envelope = run.marker
-            data = envelope.data
-            assert isinstance(data, BillingPeriodClosed)  # decode_run checked it
-            close = rows.CloseMarker(
-                envelope.id,
-                data.customer_id,
-                data.billing_period,
-                data.reason,
-                rows.SourceCoordinates(msg.topic, msg.partition, msg.offset),
-                data.lease_fencing_token,
-            )
-            self._start_marker(partition, run.token, close, msg.offset in known.get(partition, {}))
+            closes = []
+            for msg, envelope in run.markers:
+                data = envelope.data
+                assert isinstance(data, BillingPeriodClosed)  # decode_run checked it
+                closes.append(
+                    rows.CloseMarker(
+                        envelope.id,
+                        data.customer_id,
+                        data.billing_period,
+                        data.reason,
+                        rows.SourceCoordinates(msg.topic, msg.partition, msg.offset),
+                        data.lease_fencing_token,
+                    )
+                )
+            self._start_marker(partition, run.token, closes, set(known.get(partition, {})))
             state = self.partitions.get(partition)
             if state is not None and state.job is not None:
-                # what this poll delivered after the marker: its job's success hands
-                # them to the next batch (dispatch.py `_go_on`), else they are read again
+                # what this poll delivered after the run's last marker: the jobs' success
+                # hands them to the next batch (dispatch.py `_go_on`), else they are read
+                # again
+                last = state.job.markers[-1].source.offset
                 msgs = by_partition[partition]
-                at = len(run.items)  # decode_run stopped at the marker
-                rest = msgs[at + 1 :] if msgs[at].offset == msg.offset else []
-                state.ahead = Ahead(run.token, msg.offset, rest) if rest else None
+                at = next((i for i, m in enumerate(msgs) if m.offset == last), None)
+                rest = msgs[at + 1 :] if at is not None else []
+                state.ahead = Ahead(run.token, last, rest) if rest else None
 
     def _known(self, suspects: dict[int, list[int]]) -> dict[int, dict[int, rows.DeadLetterRecord]]:
         """The ``dead_letters`` rows of ``suspects`` (partition → offsets), one short read

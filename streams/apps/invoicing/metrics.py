@@ -32,7 +32,10 @@ JOB_SECONDS = Histogram(
     "Wall time of one invoice job (read, tax, write)",
     buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300),
 )
-JOBS_IN_FLIGHT = Gauge("invoicing_invoice_jobs_in_flight", "Invoice jobs running now")
+JOBS_IN_FLIGHT = Gauge(
+    "invoicing_invoice_jobs_in_flight",
+    "Invoice jobs started and not yet collected (running, or waiting for a job thread)",
+)
 OWNED_PARTITIONS = Gauge(
     "invoicing_owned_partitions", "Partitions this worker holds a fence claim for"
 )

@@ -31,18 +31,32 @@ FINALIZE_RETRY_S = 60.0
 
 @dataclass
 class InvoiceJob:
-    """An invoice job in flight for a partition (the partition is paused meanwhile)."""
+    """The invoice jobs in flight for a partition (the partition is paused meanwhile):
+    one per close marker of a run of markers that follow one another on the partition
+    (``markers`` in offset order, ``futures`` index for index), all under ``token``,
+    all cancelled by ``cancel``. The partition moves on once every one has reported
+    (docs/architecture.md "Long jobs")."""
 
-    marker: CloseMarker
+    markers: tuple[CloseMarker, ...]
     token: FencingToken
     cancel: threading.Event
-    future: Future[JobResult]
+    futures: tuple[Future[JobResult], ...]
+
+    @property
+    def marker(self) -> CloseMarker:
+        """The first marker of the run (the offset the partition restarts from)."""
+        return self.markers[0]
+
+    def done(self) -> bool:
+        """Whether every job of the run has ended."""
+        return all(future.done() for future in self.futures)
 
 
 @dataclass(frozen=True)
 class Ahead:
-    """The records one poll delivered after the close marker at ``marker_offset``, in
-    the consumer's order, kept while the marker's job runs under ``token``."""
+    """The records one poll delivered after the close marker at ``marker_offset`` (the
+    last marker of the run in flight), in the consumer's order, kept while the run's
+    jobs run under ``token``."""
 
     token: FencingToken
     marker_offset: int
@@ -59,7 +73,7 @@ class PartitionState:
             refused claim or after a write was fenced (then nothing is processed).
         unclaimed: assigned but not (yet) claimed: paused, its claim refused or pending.
         pending_claim: a claim that failed on a database error, retried each poll.
-        job: the invoice job in flight, if any.
+        job: the invoice jobs in flight (one run of markers), if any.
         backoff_until: ``time.monotonic()`` before which it stays paused (after a
             transient error), or None.
         rewind_to: the offset to seek to when it resumes, or None (no seek).

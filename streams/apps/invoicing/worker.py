@@ -185,17 +185,19 @@ class InvoicingWorker(IngestMixin):
             job = state.job if state is not None else None
             if job is not None:
                 job.cancel.set()
-                job.future.add_done_callback(self._orphan_done)
+                for future in job.futures:
+                    future.add_done_callback(self._orphan_done)
                 PARTITIONS_LOST_WITH_JOB.labels(how).inc()
                 self.stats["partitions_lost_with_job"] += 1
-                log.error(
-                    "partition lost while a job was in flight: %s[%s] %s (invoice job for %s %s cancelled)",
-                    tp.topic,
-                    tp.partition,
-                    how,
-                    job.marker.customer_id,
-                    job.marker.billing_period,
-                )
+                for marker in job.markers:  # one line per job of the run
+                    log.error(
+                        "partition lost while a job was in flight: %s[%s] %s (invoice job for %s %s cancelled)",
+                        tp.topic,
+                        tp.partition,
+                        how,
+                        marker.customer_id,
+                        marker.billing_period,
+                    )
         self._gauges()
 
     # ------------------------------------------------------------------ main loop
@@ -295,7 +297,8 @@ class InvoicingWorker(IngestMixin):
         flush the producer. Never raises for a job's outcome."""
         for state in self._jobs():
             if state.job is not None:
-                state.job.future.cancel()  # only a queued job can be cancelled
+                for future in state.job.futures:
+                    future.cancel()  # only a queued job can be cancelled
         deadline = time.monotonic() + self.shutdown_grace_s
         while self._jobs() and time.monotonic() < deadline:
             self._collect_jobs()
