@@ -46,6 +46,11 @@ from streams.devtools.stack.tls import smtp_sink_tls, tls_files
 from streams.settings import KafkaSettings, PostgresSettings, RoleName, Settings
 from streams.topics import ACCOUNT_EVENTS, OUTBOX_HEARTBEAT
 
+#: How long a sandbox's tax results stay in the stack's shared Redis (seconds). A sandbox
+#: lives minutes; with the product's 7 days, a day of benchmark closes filled the local
+#: stack's 256 MB (about 80 bytes per invoice line: docs/production.md "Redis").
+SANDBOX_TAX_CACHE_TTL_S = 3600
+
 #: librdkafka's log line for a refused or dropped connection (``%3|<time>|FAIL|…``).
 _CONNECTION_NOISE = re.compile(
     r"^%\d\|[\d.]+\|FAIL\|.*(Connection refused|Disconnected|Connect to)"
@@ -173,7 +178,9 @@ def isolated_pipeline(
         migrate.upgrade(pg)
         provision_publication(pg)
         with running_fake_tax(workdir / "tax") as tax:
-            tax_settings = base.tax.model_copy(update={"url": tax.url})
+            tax_settings = base.tax.model_copy(
+                update={"url": tax.url, "cache_ttl_s": SANDBOX_TAX_CACHE_TTL_S}
+            )
             # Derived from the caller's settings, not loaded again from the environment.
             settings = base.model_copy(
                 update={
@@ -222,6 +229,7 @@ def isolated_pipeline(
                 "INVOICING_CONNECT__OUTBOX_CONNECTOR": connect.outbox_connector,
                 "INVOICING_SMTP__PORT": str(smtp_port),
                 "INVOICING_TAX__URL": tax.url,
+                "INVOICING_TAX__CACHE_TTL_S": str(SANDBOX_TAX_CACHE_TTL_S),
             }
             pipeline = Pipeline(unique, settings, env, workdir, maildir, tax)
             try:
