@@ -1,4 +1,4 @@
-"""``python -m benchmarks.bench_usage_write``: three ways to write a batch of usage rows, A/B.
+"""``python -m benchmarks.bench_usage_write``: the ways to write a batch of usage rows, A/B.
 
 Measures, on the local stack's PostgreSQL (``source .ports.env``; a database of its
 own, created and dropped here), the statements the invoicing worker can write a poll
@@ -8,9 +8,15 @@ noisy box slows all of them alike (figures printed, nothing asserted):
 * ``json_to_recordset`` — the previous hot path: the canonical JSON text and payload
   hash built per row in Python, one ``INSERT … SELECT FROM json_to_recordset``
   (``store.usage.insert_usage``);
-* ``copy+staging`` — this branch's: the raw value's SHA-256, ``COPY`` into
+* ``copy+staging`` — the staged way (the hot path before ``copy direct``, and still
+  the way of a batch with a stored id): the raw value's SHA-256, ``COPY`` into
   ``usage_staging`` and one ``DELETE … RETURNING`` → ``INSERT … ON CONFLICT``
-  (``store.usage.insert_usage_rows``, migration 0010);
+  (``store.usage.insert_usage_rows(…, direct=False)``, migration 0010);
+* ``copy direct`` — the hot path now: one ``COPY`` straight into ``usage_lines`` under
+  a savepoint, for a batch with no id stored before;
+* ``direct, 1 stored`` — its worst case: the same batch with a stored row (an exact
+  duplicate) as its last, so the direct ``COPY`` fails at its end and the batch is
+  written the staged way;
 * ``unnest`` — the alternative without a table: one array parameter per column
   (binary), ``INSERT … SELECT FROM unnest(…) ON CONFLICT``.
 
@@ -135,11 +141,22 @@ def main(argv: list[str] | None = None) -> int:
 def _run(settings: Settings, n: int, rounds: int) -> int:
     methods: dict[str, Callable[[psycopg.Connection[Any], list[Any]], Any]] = {
         "json_to_recordset": lambda conn, b: store.usage.insert_usage(conn, [r for r, _ in b]),
-        "copy+staging": lambda conn, b: store.usage.insert_usage_rows(conn, [w for _, w in b]),
+        "copy+staging": lambda conn, b: store.usage.insert_usage_rows(
+            conn, [w for _, w in b], direct=False
+        ),
+        "copy direct": lambda conn, b: store.usage.insert_usage_rows(conn, [w for _, w in b]),
+        "direct, 1 stored": lambda conn, b: store.usage.insert_usage_rows(
+            conn, [*(w for _, w in b), seed[0][1]]
+        ),
         "unnest": lambda conn, b: _unnest(conn, [w for _, w in b]),
     }
     times: dict[str, list[float]] = {name: [] for name in methods}
+    # a stored row that "direct, 1 stored" sends again as its batch's last row: the
+    # direct COPY fails at the end and the batch takes the staged way (the worst case)
+    seed = _records(1, "bench.account-events")
     with psycopg.connect(settings.postgres.dsn("worker")) as conn:
+        with conn.transaction():
+            store.usage.insert_usage_rows(conn, [seed[0][1]])
         for round_no in range(rounds):
             order = list(methods) if round_no % 2 == 0 else list(reversed(methods))
             for name in order:

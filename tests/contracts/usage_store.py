@@ -166,6 +166,25 @@ class UsageStoreContract:
         assert got[0].event_time == datetime(2024, 9, 2, 10, 30, tzinfo=UTC)
         assert got[0].description == 'Storage "cold"\\tier\nline 2'
 
+    def test_a_fresh_batch_with_one_stored_row_last_stores_the_rest(
+        self, harness: StoreHarness
+    ) -> None:
+        # the direct COPY refuses the whole batch at its last row; the staged way stores
+        # the fresh rows, leaves the stored one as it was and reports no conflict
+        customer, topic = unique("c"), unique("t")
+        kept = hot_row(customer, unique("e"), "1.00", 1, topic)
+        with harness.tx() as conn:
+            assert harness.stores.usage.insert_usage_rows(conn, [kept]) == []
+        fresh = [hot_row(customer, unique("e"), "2.00", offset, topic) for offset in (2, 3, 4)]
+        again = kept._replace(source=SourceCoordinates(topic, 0, 9))
+        with harness.tx() as conn:
+            assert harness.stores.usage.insert_usage_rows(conn, [*fresh, again]) == []
+        with harness.tx() as conn:
+            got = harness.stores.usage.usage_before(conn, customer, PERIOD, topic, 0, 100)
+        assert sorted((g.event_id, g.source_offset) for g in got) == sorted(
+            [(kept.event_id, 1), *((row.event_id, row.source.offset) for row in fresh)]
+        )
+
     def test_a_row_equal_in_canonical_form_is_a_duplicate(self, harness: StoreHarness) -> None:
         customer, event_id, topic = unique("c"), unique("e"), unique("t")
         with harness.tx() as conn:

@@ -231,6 +231,8 @@ _USAGE_COLUMNS = (
     "key_id"
 )
 _COPY_STAGING = f"COPY usage_staging (ordinal, {_USAGE_COLUMNS}) FROM STDIN"
+#: A batch with no stored id and none twice: straight into the table (under a savepoint).
+_COPY_DIRECT = f"COPY usage_lines ({_USAGE_COLUMNS}) FROM STDIN"
 #: One statement moves this transaction's staged rows: the DELETE empties the staging
 #: rows of this transaction (``xact``) and feeds the INSERT; ``DISTINCT ON`` keeps the
 #: first row of an id in the batch, ``ON CONFLICT DO NOTHING`` leaves stored ids alone.
@@ -247,22 +249,54 @@ _MOVE_STAGED = f"""
 
 
 def insert_usage_rows(
-    conn: psycopg.Connection[Any], rows: Sequence[UsageRow]
+    conn: psycopg.Connection[Any], rows: Sequence[UsageRow], *, direct: bool = True
 ) -> list[UsageRowConflict]:
     """Store a poll batch's usage rows (the hot path), deduplicated by event id; returns
     the conflicts: rows whose id is stored, or first in this batch, with a different
     payload (the kept row is never overwritten). Same rules as :func:`insert_usage`.
 
-    One ``COPY`` into ``usage_staging`` and one statement that moves the rows into
-    ``usage_lines`` (:data:`_MOVE_STAGED`, migration 0010). The payload check is cheap on
-    the common path: nothing is compared for a row the insert stored; for a row it did
-    not store (its id was there), the stored digest is read, and only when the digests
-    of the raw values differ are the canonical payloads compared (the stored row's
-    from its columns, :func:`stored_payloads`, so a row written under an older rule is
-    judged by the current one). Runs in the caller's transaction.
+    Two ways, one result (docs/decisions/0010-batch-first-ingest.md, "COPY straight
+    into usage_lines"):
+
+    * **direct** (the common case: no id of the batch stored before, none twice in it):
+      one ``COPY`` straight into ``usage_lines`` under a savepoint. It stores every row
+      or, at the first id already there (``unique_violation``), none: the savepoint is
+      rolled back and the batch takes the second way. A batch that names an id twice is
+      sent the second way at once.
+    * **staged**: one ``COPY`` into ``usage_staging`` and one statement that moves the
+      rows into ``usage_lines`` (:data:`_MOVE_STAGED`, migration 0010), skipping ids
+      already stored. The payload check is cheap: nothing is compared for a row the
+      insert stored; for a row it did not store (its id was there), the stored digest is
+      read, and only when the digests of the raw values differ are the canonical
+      payloads compared (the stored row's from its columns, :func:`stored_payloads`, so
+      a row written under an older rule is judged by the current one).
+
+    ``direct=False`` takes the staged way only (the benchmark's baseline). Runs in the
+    caller's transaction. Raises what PostgreSQL raises for a row it refuses for good
+    (e.g. ``CheckViolation``), either way.
     """
     if not rows:
         return []
+    if direct and len({row.event_id for row in rows}) == len(rows):
+        try:
+            with conn.transaction(), conn.cursor() as cur, cur.copy(_COPY_DIRECT) as copy:
+                for row in rows:
+                    source = row.source
+                    copy.write_row(
+                        (
+                            row.event_id,
+                            *row.values,
+                            row.payload_sha256,
+                            source.topic,
+                            source.partition,
+                            source.offset,
+                            row.key_id,
+                        )
+                    )
+        except psycopg.errors.UniqueViolation:
+            pass  # an id is stored already: the savepoint is rolled back; the staged way
+        else:
+            return []
     with conn.cursor() as cur:
         with cur.copy(_COPY_STAGING) as copy:
             for ordinal, row in enumerate(rows):
