@@ -248,6 +248,23 @@ _MOVE_STAGED = f"""
 """
 
 
+def _copy_rows(copy: psycopg.Copy, rows: Sequence[UsageRow], *, ordinals: bool) -> None:
+    """Write ``rows`` to ``copy`` in :data:`_USAGE_COLUMNS` order, each after its ordinal
+    in the batch when ``ordinals`` (``usage_staging``'s first column)."""
+    for ordinal, row in enumerate(rows):
+        source = row.source
+        values = (
+            row.event_id,
+            *row.values,
+            row.payload_sha256,
+            source.topic,
+            source.partition,
+            source.offset,
+            row.key_id,
+        )
+        copy.write_row((ordinal, *values) if ordinals else values)
+
+
 def insert_usage_rows(
     conn: psycopg.Connection[Any], rows: Sequence[UsageRow], *, direct: bool = True
 ) -> list[UsageRowConflict]:
@@ -280,39 +297,14 @@ def insert_usage_rows(
     if direct and len({row.event_id for row in rows}) == len(rows):
         try:
             with conn.transaction(), conn.cursor() as cur, cur.copy(_COPY_DIRECT) as copy:
-                for row in rows:
-                    source = row.source
-                    copy.write_row(
-                        (
-                            row.event_id,
-                            *row.values,
-                            row.payload_sha256,
-                            source.topic,
-                            source.partition,
-                            source.offset,
-                            row.key_id,
-                        )
-                    )
+                _copy_rows(copy, rows, ordinals=False)
         except psycopg.errors.UniqueViolation:
             pass  # an id is stored already: the savepoint is rolled back; the staged way
         else:
             return []
     with conn.cursor() as cur:
         with cur.copy(_COPY_STAGING) as copy:
-            for ordinal, row in enumerate(rows):
-                source = row.source
-                copy.write_row(
-                    (
-                        ordinal,
-                        row.event_id,
-                        *row.values,
-                        row.payload_sha256,
-                        source.topic,
-                        source.partition,
-                        source.offset,
-                        row.key_id,
-                    )
-                )
+            _copy_rows(copy, rows, ordinals=True)
         inserted = {str(found[0]) for found in cur.execute(_MOVE_STAGED).fetchall()}
     first: dict[str, UsageRow] = {}
     later: list[UsageRow] = []
