@@ -6,7 +6,9 @@ twin stores, the in-memory tax service. No service; each test steps the loop its
 
 from __future__ import annotations
 
+import re
 import threading
+import time
 from decimal import Decimal
 from typing import Any
 
@@ -18,6 +20,7 @@ from streams.adapters.memory import fencing as twin_fencing
 from streams.adapters.memory.dead_letters import dlq_headers
 from streams.adapters.memory.kafka import InMemoryConsumer
 from streams.adapters.memory.store import tables
+from streams.apps.invoicing import worker as worker_module
 from streams.apps.invoicing.jobs import Outcome
 from streams.core.billing.fencing import FencingToken
 from streams.settings import Settings
@@ -549,3 +552,44 @@ def test_a_conflicting_metered_event_is_dead_lettered_outside_the_transaction_on
     spin(worker, 0.1)
     assert len(twins.dead_letters()) == 1 and worker.stats["conflicts"] == 1
     worker.executor.shutdown()
+
+
+def test_a_long_poll_iteration_is_logged_with_the_poll_threads_stack_and_its_parts(
+    settings: Settings, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # an iteration of 0.8 s or more is slow (an idle one waits 0.5 s in its fetch)
+    monkeypatch.setattr(worker_module, "SLOW_ITERATION_MIN_S", 0.8)
+    kafka = settings.kafka.model_copy(update={"max_poll_interval_ms": 800})
+    twins = Twins.create(settings.model_copy(update={"kafka": kafka}))
+    stop = threading.Event()
+    worker = twins.worker(stop=stop)
+    load_drafts = worker._load_drafts
+
+    def held_in_load_drafts() -> None:  # the poll thread waits here once, for 2 s
+        worker._load_drafts = load_drafts  # type: ignore[method-assign]
+        threading.Event().wait(2.0)
+
+    worker._load_drafts = held_in_load_drafts  # type: ignore[method-assign]
+    thread = threading.Thread(target=worker.run, name="worker-under-test")
+    with caplog.at_level("WARNING", logger="streams.apps.invoicing.worker"):
+        thread.start()
+        deadline = time.monotonic() + 10
+        while worker.stats["slow_poll_iterations"] < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        stop.set()
+        thread.join(10)
+    assert not thread.is_alive()
+    messages = [record.getMessage() for record in caplog.records]
+    watched = [m for m in messages if "in one iteration" in m]
+    assert len(watched) == 1  # once per iteration, while it lasted
+    assert "held_in_load_drafts" in watched[0] and "Event().wait(2.0)" in watched[0]
+    took = [m for m in messages if "a poll iteration took" in m]
+    assert len(took) == 1
+
+    def part(name: str) -> float:
+        found = re.search(re.escape(name) + r" ([0-9.]+) s", took[0])
+        assert found is not None, took[0]
+        return float(found.group(1))
+
+    assert part("backoffs, resumes, drafts and timers") >= 1.9
+    assert part("jobs, claims and commits") < 0.2

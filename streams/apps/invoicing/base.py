@@ -102,6 +102,10 @@ class WorkerBase:
         #: partition → (its state, token, records) to handle at the next poll before
         #: anything fetched: what was read ahead of a marker whose job succeeded
         self._ready: dict[int, tuple[PartitionState, fencing.FencingToken, list[rows.Record]]] = {}
+        #: the poll loop: when its current iteration began (monotonic; None between
+        #: iterations), and how the last one's time was split (worker.py `poll_once`)
+        self._iteration_started: float | None = None
+        self._phases: list[tuple[str, float]] = []
 
     # ------------------------------------------------------------------ partition state
 

@@ -53,7 +53,10 @@ finalisation"). Built by
 from __future__ import annotations
 
 import logging
+import sys
+import threading
 import time
+import traceback
 from collections import defaultdict
 from typing import Any
 
@@ -77,6 +80,18 @@ __all__ = ["ACCOUNT_EVENT_TYPES", "JOB_POLL_S", "InvoicingWorker"]
 #: (and its partition's next marker started) within this (docs/architecture.md "Long
 #: jobs"). Each empty poll costs microseconds of the poll thread.
 JOB_POLL_S = 0.01
+
+#: The shortest poll iteration logged as slow (seconds): above the idle poll's own wait
+#: (0.5 s), whatever a quarter of ``max.poll.interval.ms`` is.
+SLOW_ITERATION_MIN_S = 2.0
+
+#: The parts of one poll iteration as :meth:`InvoicingWorker.poll_once` times them.
+_PHASES = (
+    "jobs, claims and commits",
+    "backoffs, resumes, drafts and timers",
+    "fetch (the consumer's poll, its rebalance callbacks included)",
+    "records",
+)
 
 #: The former name of a batch (the tests of the dead-letter paths build one).
 _Batch = Batch
@@ -220,11 +235,62 @@ class InvoicingWorker(IngestMixin):
             on_lost=self._on_lost,
         )
         log.info("invoicing worker polling %s as group %s", self.topic, self.group_id)
+        # an iteration longer than this is logged with where its time went: past
+        # max.poll.interval.ms librdkafka leaves the group (MAXPOLL), and the log says
+        # which part of the loop held the poll back (docs/operations.md "MAXPOLL")
+        slow_s = max(SLOW_ITERATION_MIN_S, self.settings.kafka.max_poll_interval_ms / 1000 / 4)
+        watch = threading.Thread(
+            target=self._watch_iterations,
+            args=(threading.get_ident(), slow_s),
+            name="poll-loop-watch",
+            daemon=True,
+        )
+        watch.start()
         try:
             while not self.stop.is_set():
+                started = self._iteration_started = time.monotonic()
                 self.poll_once()
+                self._iteration_started = None
+                took = time.monotonic() - started
+                if took >= slow_s:
+                    self._slow_iteration(took)
         finally:
+            self._iteration_started = None
             self._shutdown()
+
+    def _watch_iterations(self, poll_thread: int, slow_s: float) -> None:
+        """While the loop runs: once per iteration that has gone on for ``slow_s``
+        seconds, log the poll thread's stack (where it waits). A loop that never
+        comes back is found this way; one that does is also logged by
+        :meth:`_slow_iteration`."""
+        reported: float | None = None
+        while not self.stop.wait(min(1.0, slow_s / 2)):
+            started = self._iteration_started
+            if started is None or started == reported or time.monotonic() - started < slow_s:
+                continue
+            reported = started
+            frame = sys._current_frames().get(poll_thread)
+            stack = "".join(traceback.format_stack(frame)) if frame is not None else "?"
+            log.warning(
+                "the poll loop has been in one iteration for %.1f s "
+                "(max.poll.interval.ms is %d ms); the poll thread is at:\n%s",
+                time.monotonic() - started,
+                self.settings.kafka.max_poll_interval_ms,
+                stack,
+            )
+
+    def _slow_iteration(self, took_s: float) -> None:
+        """Log one poll iteration that took ``took_s`` seconds (at least a quarter of
+        ``max.poll.interval.ms`` and :data:`SLOW_ITERATION_MIN_S`), split as
+        :meth:`poll_once` measured it."""
+        parts = ", ".join(f"{name} {seconds:.2f} s" for name, seconds in self._phases)
+        self.stats["slow_poll_iterations"] += 1
+        log.warning(
+            "a poll iteration took %.2f s (max.poll.interval.ms is %d ms): %s",
+            took_s,
+            self.settings.kafka.max_poll_interval_ms,
+            parts,
+        )
 
     def poll_once(self, timeout_s: float = 0.5) -> None:
         """One iteration: job results, pending claims and backoffs, then one poll.
@@ -234,15 +300,20 @@ class InvoicingWorker(IngestMixin):
         partition waits for it); not at all when records read ahead of a finished
         job's marker wait to be handled; otherwise up to ``timeout_s``.
         """
+        clock = time.monotonic
+        marks = [clock()]
         self._collect_jobs()
         self._retry_claims()
         self._retry_commits()
+        marks.append(clock())
         self._end_backoffs()
         self._retry_resumes()
         self._load_drafts()
         self._grace_timers()
+        marks.append(clock())
         wait = min(timeout_s, JOB_POLL_S) if self._jobs() else timeout_s
         messages = self._fetch(0.0 if self._ready else wait)  # records in hand: no wait
+        marks.append(clock())
         by_partition: dict[int, list[Record]] = defaultdict(list)
         ready, self._ready = self._ready, {}
         for partition, (state, token, records) in ready.items():
@@ -262,6 +333,12 @@ class InvoicingWorker(IngestMixin):
             by_partition[record.partition].append(record)
         if by_partition:
             self._handle_batch(by_partition)
+        marks.append(clock())
+        #: where the iteration's time went, for :meth:`_slow_iteration`
+        self._phases = [
+            (name, end - begin)
+            for name, begin, end in zip(_PHASES, marks[:-1], marks[1:], strict=True)
+        ]
 
     def _fetch(self, timeout_s: float) -> list[Any]:
         """Up to ``batch_size`` records: what is already fetched, else wait up to
