@@ -103,9 +103,10 @@ class WorkerBase:
         #: anything fetched: what was read ahead of a marker whose job succeeded
         self._ready: dict[int, tuple[PartitionState, fencing.FencingToken, list[rows.Record]]] = {}
         #: the poll loop: when its current iteration began (monotonic; None between
-        #: iterations), and how the last one's time was split (worker.py `poll_once`)
+        #: iterations), and the clock at the ends of the last one's parts (worker.py
+        #: `poll_once`)
         self._iteration_started: float | None = None
-        self._phases: list[tuple[str, float]] = []
+        self._marks: list[float] = []
 
     # ------------------------------------------------------------------ partition state
 

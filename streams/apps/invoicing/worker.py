@@ -283,7 +283,11 @@ class InvoicingWorker(IngestMixin):
         """Log one poll iteration that took ``took_s`` seconds (at least a quarter of
         ``max.poll.interval.ms`` and :data:`SLOW_ITERATION_MIN_S`), split as
         :meth:`poll_once` measured it."""
-        parts = ", ".join(f"{name} {seconds:.2f} s" for name, seconds in self._phases)
+        marks = self._marks
+        parts = ", ".join(
+            f"{name} {end - begin:.2f} s"
+            for name, begin, end in zip(_PHASES, marks[:-1], marks[1:], strict=True)
+        )
         self.stats["slow_poll_iterations"] += 1
         log.warning(
             "a poll iteration took %.2f s (max.poll.interval.ms is %d ms): %s",
@@ -334,11 +338,7 @@ class InvoicingWorker(IngestMixin):
         if by_partition:
             self._handle_batch(by_partition)
         marks.append(clock())
-        #: where the iteration's time went, for :meth:`_slow_iteration`
-        self._phases = [
-            (name, end - begin)
-            for name, begin, end in zip(_PHASES, marks[:-1], marks[1:], strict=True)
-        ]
+        self._marks = marks  # where the iteration's time went, for _slow_iteration
 
     def _fetch(self, timeout_s: float) -> list[Any]:
         """Up to ``batch_size`` records: what is already fetched, else wait up to
