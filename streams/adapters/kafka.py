@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Protocol, SupportsBytes
 
-from confluent_kafka import Consumer, KafkaException, Message, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from streams.core.billing.rows import Record
@@ -275,6 +275,65 @@ def _wait_for_leaders(admin: AdminClient, partitions: dict[str, int], timeout_s:
         if time.monotonic() > deadline:
             raise KafkaAdapterError(f"no leader for every partition of {sorted(waiting)} yet")
         time.sleep(0.1)
+
+
+#: Errors a ListOffsets request answers while a partition's leadership is settling
+#: (right after topic creation, or while a broker restarts): retriable, and gone once
+#: the client's metadata and the broker agree on the leader and its epoch (KIP-320).
+LEADERSHIP_SETTLING = frozenset(
+    {
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.UNKNOWN_LEADER_EPOCH,
+        KafkaError.FENCED_LEADER_EPOCH,
+    }
+)
+
+#: How long :func:`offsets_for_times` asks again while leadership settles (seconds).
+OFFSETS_SETTLE_S = 15.0
+
+
+def _settling(error: object) -> bool:
+    return isinstance(error, KafkaError) and error.code() in LEADERSHIP_SETTLING
+
+
+def offsets_for_times(
+    consumer: Consumer,
+    wanted: list[TopicPartition],
+    *,
+    settle_s: float = OFFSETS_SETTLE_S,
+    timeout_s: float = 10.0,
+) -> list[TopicPartition]:
+    """``consumer.offsets_for_times(wanted)``, asked again every 0.2 s for up to
+    ``settle_s`` seconds while the whole request, or any partition in its answer, fails
+    with a :data:`LEADERSHIP_SETTLING` error.
+
+    Seen on a topic created a moment before: its metadata already names a leader, and
+    ListOffsets still answers ``NOT_LEADER_FOR_PARTITION`` for the whole request, or
+    ``UNKNOWN_LEADER_EPOCH`` ("leader epoch is newer than broker epoch") for one
+    partition of the answer.
+
+    Returns:
+        The answer, one :class:`TopicPartition` per wanted partition with ``offset``
+        (``-1``: no record at or after the time). After ``settle_s`` the last answer is
+        returned as it is: a partition may still carry its ``error``, for the caller to
+        report.
+
+    Raises:
+        KafkaException: the request failed with another error, or still failed with a
+            settling one after ``settle_s``.
+    """
+    deadline = time.monotonic() + settle_s
+    while True:
+        try:
+            found: list[TopicPartition] = consumer.offsets_for_times(wanted, timeout=timeout_s)
+        except KafkaException as exc:
+            if not _settling(exc.args[0] if exc.args else None) or time.monotonic() > deadline:
+                raise
+        else:
+            if not any(_settling(tp.error) for tp in found) or time.monotonic() > deadline:
+                return found
+        time.sleep(0.2)
 
 
 # --------------------------------------------------------------------------- group metadata

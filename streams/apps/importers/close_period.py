@@ -99,6 +99,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from psycopg_pool import ConnectionPool
 from rich.progress import Progress
 
+from streams.adapters.kafka import offsets_for_times
 from streams.adapters.lease import (
     DEFAULT_KEY_PREFIX,
     Lease,
@@ -420,37 +421,18 @@ def _read_stored(
 
 #: Errors of a partition whose leadership is still settling (right after the topic was
 #: created, or during a leader election): asking again shortly succeeds.
-_LEADERSHIP_SETTLING = frozenset(
-    {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE}
-)
-
-#: How long the offset lookup is retried while leadership settles (seconds).
-OFFSETS_SETTLE_S = 15.0
-
-
 def _offsets_for_times(consumer: Consumer, wanted: list[TopicPartition]) -> list[TopicPartition]:
-    """``consumer.offsets_for_times(wanted)``, asked again every 0.2 s for up to
-    :data:`OFFSETS_SETTLE_S` while a partition's leadership is settling.
-
-    Seen on a topic created a moment before the scan: its metadata already names a
-    leader, and ListOffsets still answers ``NOT_LEADER_FOR_PARTITION``.
+    """:func:`streams.adapters.kafka.offsets_for_times`, with its failure as
+    :class:`KafkaUnavailable`.
 
     Raises:
-        KafkaUnavailable: another error, or leadership still settling after the retries.
+        KafkaUnavailable: the request failed, or leadership still settling after the retries.
     """
     topic = wanted[0].topic if wanted else "?"
-    deadline = time.monotonic() + OFFSETS_SETTLE_S
-    while True:
-        try:
-            found: list[TopicPartition] = consumer.offsets_for_times(wanted, timeout=10)
-            return found
-        except KafkaException as exc:
-            error = exc.args[0] if exc.args else None
-            settling = isinstance(error, KafkaError) and error.code() in _LEADERSHIP_SETTLING
-            if not settling or time.monotonic() > deadline:
-                raise KafkaUnavailable(f"offsets_for_times on {topic} failed: {exc}") from exc
-            logger.info("offsets_for_times on %s: %s; asking again", topic, error)
-            time.sleep(0.2)
+    try:
+        return offsets_for_times(consumer, wanted)
+    except KafkaException as exc:
+        raise KafkaUnavailable(f"offsets_for_times on {topic} failed: {exc}") from exc
 
 
 _SCANNED = (

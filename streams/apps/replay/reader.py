@@ -36,7 +36,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from rich.progress import Progress
 
-from streams.adapters.kafka import record_of
+from streams.adapters.kafka import offsets_for_times, record_of
 from streams.apps.replay.errors import ReplayUnavailable
 from streams.core.billing.commit import CommitPoint
 from streams.core.billing.rows import Record
@@ -110,8 +110,8 @@ def plan_window(consumer: Consumer, topic: str, since: datetime) -> Window:
             raise ReplayUnavailable(f"topic {topic} does not exist or has no partitions")
         partitions = sorted(described.partitions)
         since_ms = int(since.timestamp() * 1000)
-        found = consumer.offsets_for_times(
-            [TopicPartition(topic, p, since_ms) for p in partitions], timeout=10
+        found = offsets_for_times(
+            consumer, [TopicPartition(topic, p, since_ms) for p in partitions]
         )
         start: dict[int, int] = {}
         end: dict[int, int] = {}
