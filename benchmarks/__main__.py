@@ -92,6 +92,7 @@ def run_set(
     *,
     out_dir: Path,
     profile: bool,
+    profile_idle: bool = False,
 ) -> RunReport:
     """One run of every scenario of ``bset`` into ``report`` (rows added as measured,
     so a failed run keeps the rows it got)."""
@@ -99,7 +100,9 @@ def run_set(
     py_spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     if profile and not Path(py_spy).exists():
         raise BenchError("--profile needs py-spy (pip install -e '.[dev]')")
-    ctx = scenarios.Context(settings, bset, report, console, out_dir, profile, py_spy)
+    ctx = scenarios.Context(
+        settings, bset, report, console, out_dir, profile, py_spy, profile_idle=profile_idle
+    )
     started = time.perf_counter()
     try:
         if bset.main is not None:
@@ -143,6 +146,11 @@ def main(argv: list[str] | None = None) -> int:
         "--profile",
         action="store_true",
         help="py-spy the invoicing worker during the main ingest and close",
+    )
+    run.add_argument(
+        "--profile-idle",
+        action="store_true",
+        help="as --profile, idle threads sampled too: where the wall clock goes, waits included",
     )
     run.add_argument(
         "--only", default=None, help="comma-separated scenario groups to run: main,latency,incident"
@@ -210,7 +218,15 @@ def main(argv: list[str] | None = None) -> int:
         console.rule(f"{bset.name}: run {i + 1} of {args.repeat}")
         report = RunReport(bset.name, asdict(bset))
         try:
-            run_set(report, bset, settings, console, out_dir=out_dir, profile=args.profile)
+            run_set(
+                report,
+                bset,
+                settings,
+                console,
+                out_dir=out_dir,
+                profile=args.profile or args.profile_idle,
+                profile_idle=args.profile_idle,
+            )
         except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: keep what was measured, stop
             document["runs"].append({**report.to_dict(), "error": f"interrupted ({exc})"})
             write_json(json_path, document)

@@ -203,10 +203,16 @@ class Profile:
 
 class Profiler:
     """``py-spy record`` attached to ``pid`` from ``start()`` to ``stop()`` (SIGINT), 100 Hz,
-    non-blocking (the target is not paused), idle threads excluded (py-spy's default)."""
+    non-blocking (the target is not paused). Idle threads are excluded (py-spy's
+    default: the profile shows where the CPU goes) unless ``idle`` (``--idle``: a thread
+    waiting on a socket or a lock is sampled too, so the profile shows where the wall
+    clock goes, e.g. how long the poll thread waits for the database)."""
 
-    def __init__(self, pid: int, name: str, out_dir: Path, py_spy: str) -> None:
+    def __init__(
+        self, pid: int, name: str, out_dir: Path, py_spy: str, *, idle: bool = False
+    ) -> None:
         self.pid = pid
+        self.idle = idle
         self.name = name
         self.path = out_dir / f"profile-{name}.txt"
         self.py_spy = py_spy
@@ -227,6 +233,7 @@ class Profiler:
                 "raw",
                 "--output",
                 str(self.path),
+                *(["--idle"] if self.idle else []),
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

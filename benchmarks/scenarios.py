@@ -77,6 +77,8 @@ class Context:
     profile: bool
     py_spy: str | None
     profiles: list[Profile] = field(default_factory=list)
+    #: profile idle threads too (wall clock, not CPU): ``--profile-idle``
+    profile_idle: bool = False
     #: lines per invoice → fenced issuance rate (invoices/s, one connection) of this run
     issuance_rates: dict[int, float] = field(default_factory=dict)
 
@@ -232,7 +234,7 @@ def _close(
     pids = [w.process.pid for w in p.workers.alive() if w.kind == "invoicing"]
     profiler = None
     if profile_name and ctx.profile and ctx.py_spy and pids:
-        profiler = Profiler(pids[0], profile_name, ctx.out_dir, ctx.py_spy)
+        profiler = Profiler(pids[0], profile_name, ctx.out_dir, ctx.py_spy, idle=ctx.profile_idle)
     with RssSampler(pids) as rss, p.connect() as conn:
         time.sleep(0.3)  # at least one sample before the close
         before = max((s[2] for s in rss.samples), default=0) / 2**20
@@ -447,7 +449,7 @@ def run_main(ctx: Context, sizes: MainSizes) -> None:
         profiler = None
         pids = [w.process.pid for w in p.workers.alive() if w.kind == "invoicing"]
         if ctx.profile and ctx.py_spy:
-            profiler = Profiler(pids[0], "ingest", ctx.out_dir, ctx.py_spy)
+            profiler = Profiler(pids[0], "ingest", ctx.out_dir, ctx.py_spy, idle=ctx.profile_idle)
             profiler.start()
         done = _wait_stored(
             p,
