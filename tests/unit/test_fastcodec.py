@@ -30,9 +30,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from streams.core.domain.codec import decode
+from streams.apps.invoicing.decoding import key_id_of
+from streams.core.billing.rows import Record
+from streams.core.domain.codec import KEY_ID_HEADER, decode
 from streams.core.domain.errors import InvalidEvent
 from streams.core.domain.events import Envelope, UsageRecorded
+from streams.core.domain.fastcodec import KEY_ID_HEADER as FAST_KEY_ID_HEADER
 from streams.core.domain.fastcodec import (
     USAGE_VALUES,
     FastUsage,
@@ -395,3 +398,39 @@ def test_usage_values_ok_accepts_plain_values() -> None:
     )
     assert usage_values_ok(*[values[name] for name in _FOCUS_ORDER])
     assert not usage_values_ok(*[{**values, "unit": "x\x00"}[n] for n in _FOCUS_ORDER])
+
+
+_KEY_ID_VALUES = st.one_of(
+    st.none(),
+    st.binary(max_size=80),
+    st.text(max_size=70).map(lambda t: t.encode("utf-8", "surrogatepass")),
+    st.sampled_from([b"", b"k" * 64, b"k" * 65, "é".encode() * 32, "é".encode() * 33]),
+)
+
+
+@given(st.lists(_KEY_ID_VALUES, max_size=3))
+def test_the_fast_paths_key_id_is_the_one_key_id_of_reads(values: list[bytes | None]) -> None:
+    """The key id the fast path carries is what :func:`key_id_of` reads from the same
+    record (the last header wins; empty, over 64 bytes or not UTF-8: None), whatever the
+    header's values, repeated or not; and both read the codec's header name."""
+    headers = _headers("e-1", "acme", "2024-09-01T00:00:00Z")
+    headers += [(FAST_KEY_ID_HEADER, b"" if raw is None else raw) for raw in values]
+    value = (
+        b'{"customer_id":"acme","billing_period":"2024-09","amount":"1.00","currency":"USD",'
+        b'"event_time":"2024-09-30T23:30:00Z"}'
+    )
+    fast = decode_usage(b"acme", value, headers)
+    record = Record("t", 0, 0, b"acme", value, headers)
+    if fast is None:  # a header that is not UTF-8: the reference decodes the record
+        assert any(raw is not None and not _utf8(raw) for raw in values)
+        return
+    assert fast.key_id == key_id_of(record)
+    assert FAST_KEY_ID_HEADER == KEY_ID_HEADER
+
+
+def _utf8(raw: bytes) -> bool:
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True

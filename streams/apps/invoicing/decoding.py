@@ -127,7 +127,7 @@ def fast_usage_row(msg: Record, fast: FastUsage) -> rows.UsageRow:
         fast.event_time,
         hashlib.sha256(msg.value or b"").hexdigest(),
         rows.SourceCoordinates(msg.topic, msg.partition, msg.offset),
-        key_id_of(msg),
+        fast.key_id,
     )
 
 

@@ -173,14 +173,15 @@ class IngestMixin(DraftsMixin):
         handed to the producer (the partition is retried)."""
         part = Batch()
         for msg, item in run.items:
-            source = rows.SourceCoordinates(msg.topic, msg.partition, msg.offset)
             part.messages.append(msg)
             if msg.offset in known:  # dead-lettered on an earlier delivery: done with it
                 self.stats["dead_letters_skipped_on_redelivery"] += 1
                 continue
-            if isinstance(item, FastUsage):
+            if isinstance(item, FastUsage):  # the common case: its row holds its source
                 part.usage.append(fast_usage_row(msg, item))
-            elif isinstance(item, str):
+                continue
+            source = rows.SourceCoordinates(msg.topic, msg.partition, msg.offset)
+            if isinstance(item, str):
                 if not self._dead_letter_invalid(part, msg, source, item):
                     return None
             else:

@@ -139,12 +139,13 @@ USAGE_VALUES = (
 class FastUsage(NamedTuple):
     """A ``usage.recorded`` record the fast path vouches for: its CloudEvents id, its
     data's values in :data:`USAGE_VALUES` order (text; None where absent or null;
-    decimals and ``event_time`` as written), and ``event_time`` parsed (UTC-aware, as
-    the model holds it)."""
+    decimals and ``event_time`` as written), ``event_time`` parsed (UTC-aware, as
+    the model holds it), and the key id of its lineage (:func:`key_id`)."""
 
     event_id: str
     values: tuple[str | None, ...]
     event_time: datetime
+    key_id: str | None = None
 
 
 _DECODER = msgspec.json.Decoder(UsageFields)
@@ -199,6 +200,22 @@ def _envelope_time(text: str) -> datetime | None:
         _ENVELOPE_TIMES.clear()
     _ENVELOPE_TIMES[text] = value
     return value
+
+
+#: The header naming the API key that sent a record through the ingest edge (the same
+#: name as :data:`streams.core.domain.codec.KEY_ID_HEADER`; a unit test holds them equal).
+KEY_ID_HEADER = "invoicing_key_id"
+
+
+def key_id(text: str | None) -> str | None:
+    """The key id a ``KEY_ID_HEADER`` value of ``text`` (already UTF-8-decoded) stands
+    for: None when absent, empty or longer than 64 bytes (lineage, never a reason to
+    refuse the record)."""
+    if not text or len(text) > 64:
+        return None
+    if text.isascii() or len(text.encode()) <= 64:
+        return text
+    return None
 
 
 def decode_usage(
@@ -275,7 +292,9 @@ def decode_usage(
     optional = fields[6:]
     if unset:
         optional = tuple(None if item is _UNSET else item for item in optional)
-    return FastUsage(event_id, (*fields[:4], *optional, fields[4]), event_time)
+    return FastUsage(
+        event_id, (*fields[:4], *optional, fields[4]), event_time, key_id(attrs.get(KEY_ID_HEADER))
+    )
 
 
 def usage_data(fast: FastUsage) -> UsageRecorded:
