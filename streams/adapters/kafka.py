@@ -17,6 +17,7 @@ project's guarantees with it:
 from __future__ import annotations
 
 import dataclasses
+import logging
 import ssl
 import struct
 import sys
@@ -31,6 +32,8 @@ from streams.core.billing.rows import Record
 from streams.errors import InvoicingError
 from streams.settings import KafkaSettings
 from streams.topics import OUTBOX_HEARTBEAT, REGISTRY, TopicSpec
+
+log = logging.getLogger(__name__)
 
 
 class KafkaAdapterError(InvoicingError):
@@ -330,9 +333,17 @@ def offsets_for_times(
         except KafkaException as exc:
             if not _settling(exc.args[0] if exc.args else None) or time.monotonic() > deadline:
                 raise
+            log.info("offsets_for_times: %s; asking again", exc)
         else:
-            if not any(_settling(tp.error) for tp in found) or time.monotonic() > deadline:
+            settling = [tp for tp in found if _settling(tp.error)]
+            if not settling or time.monotonic() > deadline:
                 return found
+            log.info(
+                "offsets_for_times: %s[%s] %s; asking again",
+                settling[0].topic,
+                settling[0].partition,
+                settling[0].error,
+            )
         time.sleep(0.2)
 
 

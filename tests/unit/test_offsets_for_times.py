@@ -27,6 +27,7 @@ class Answered:
     partition: int
     offset: int
     error: KafkaError | None = None
+    topic: str = "t"
 
 
 class Scripted:

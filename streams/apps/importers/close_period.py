@@ -419,8 +419,6 @@ def _read_stored(
         return {}
 
 
-#: Errors of a partition whose leadership is still settling (right after the topic was
-#: created, or during a leader election): asking again shortly succeeds.
 def _offsets_for_times(consumer: Consumer, wanted: list[TopicPartition]) -> list[TopicPartition]:
     """:func:`streams.adapters.kafka.offsets_for_times`, with its failure as
     :class:`KafkaUnavailable`.

@@ -58,10 +58,12 @@ from streams.core.domain.money import DECIMAL_PATTERN
 from streams.core.domain.periods import PERIOD_PATTERN
 
 __all__ = [
+    "KEY_ID_HEADER",
     "USAGE_VALUES",
     "FastUsage",
     "UsageFields",
     "decode_usage",
+    "key_id",
     "usage_data",
     "usage_numbers_ok",
     "usage_texts_ok",
