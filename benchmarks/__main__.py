@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument(
         "--profile",
         action="store_true",
-        help="py-spy the invoicing worker during the main ingest and close",
+        help="py-spy the invoicing worker during the main ingest and close, and the replay command",
     )
     run.add_argument(
         "--profile-idle",

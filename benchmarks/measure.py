@@ -77,8 +77,11 @@ class CommandResult:
     seconds: float
 
     def json(self) -> Any:
-        """The JSON document the command printed on stdout (its last top-level object)."""
-        text = self.stdout
+        """The JSON document the command printed on stdout (its last top-level object);
+        the lines py-spy adds when it runs the command (``py-spy> …``) are left out."""
+        text = "".join(
+            line for line in self.stdout.splitlines(keepends=True) if not line.startswith("py-spy>")
+        )
         start = text.find("{")
         if start < 0:
             raise BenchError(f"{' '.join(self.argv)} printed no JSON:\n{text[-2000:]}")
@@ -199,6 +202,26 @@ class Profile:
         for frame, count in branch[:n]:
             out.append(f"  {100 * count / max(1, self.samples):5.1f}  {frame}")
         return out
+
+
+def py_spy_record(py_spy: str, path: Path, idle: bool) -> list[str]:
+    """The argv prefix that runs a command under ``py-spy record`` (100 Hz, collapsed
+    stacks to ``path``, threads waiting sampled too when ``idle``). py-spy adds lines of
+    its own to the command's stdout (``py-spy> …``), which :meth:`CommandResult.json`
+    leaves out."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return [
+        py_spy,
+        "record",
+        "--rate",
+        "100",
+        "--format",
+        "raw",
+        "--output",
+        str(path),
+        *(["--idle"] if idle else []),
+        "--",
+    ]
 
 
 class Profiler:

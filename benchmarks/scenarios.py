@@ -40,7 +40,9 @@ from benchmarks.measure import (
     RssSampler,
     median,
     percentile,
+    py_spy_record,
     run_cli,
+    summarize_collapsed,
     wait_until,
 )
 from benchmarks.product import (
@@ -681,13 +683,19 @@ def run_main(ctx: Context, sizes: MainSizes) -> None:
         # replay dry run vs the bare consumer on the same records
         total = sum(kafka_tools.end_offsets(p.settings, p.topic).values())
         t0 = time.perf_counter()
-        replay = run_cli(
-            [*invoicing_command(), "replay", MAIN_PERIOD, "--dry-run", "--json", "--no-progress"],
-            p.env,
-            cwd=cwd,
-            timeout_s=3600,
-        )
+        command = [
+            *invoicing_command(),
+            *("replay", MAIN_PERIOD, "--dry-run", "--json", "--no-progress"),
+        ]
+        replay_profile = None
+        if ctx.profile and ctx.py_spy:  # the command run under py-spy (its own process)
+            replay_profile = Profile("replay", ctx.out_dir / "profile-replay.txt")
+            command = [*py_spy_record(ctx.py_spy, replay_profile.path, ctx.profile_idle), *command]
+        replay = run_cli(command, p.env, cwd=cwd, timeout_s=3600)
         ctx.phase("main: replay dry run", time.perf_counter() - t0)
+        if replay_profile is not None and replay_profile.path.exists():
+            summarize_collapsed(replay_profile.path.read_text(), replay_profile)
+            ctx.profiles.append(replay_profile)
         doc = replay.json()
         summary = doc.get("summary", doc)
         read_s = float(summary.get("read_s") or 0)
