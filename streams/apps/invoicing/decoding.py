@@ -22,7 +22,7 @@ from streams.core.domain.events import (
     UsageMetered,
     UsageRecorded,
 )
-from streams.core.domain.fastcodec import FastUsage, decode_usage
+from streams.core.domain.fastcodec import FastUsage, decode_usage, key_id
 
 log = logging.getLogger("streams.apps.invoicing.worker")
 
@@ -87,15 +87,18 @@ class Run:
 def key_id_of(msg: Record) -> str | None:
     """The id of the API key that sent ``msg`` through the ingest edge (its last header
     :data:`~streams.core.domain.codec.KEY_ID_HEADER`), or None: absent, empty, longer than
-    64 bytes or not UTF-8 (lineage, never a reason to refuse the record)."""
-    found: str | None = None
-    for name, raw in msg.headers:
+    64 bytes or not UTF-8 (:func:`streams.core.domain.fastcodec.key_id`; lineage, never
+    a reason to refuse the record)."""
+    raw: bytes | None = None
+    for name, value in msg.headers:
         if name == KEY_ID_HEADER:
-            try:
-                found = raw.decode("utf-8") if raw and len(raw) <= 64 else None
-            except UnicodeDecodeError:
-                found = None
-    return found
+            raw = value
+    if raw is None:
+        return None
+    try:
+        return key_id(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        return None
 
 
 def decode_record(msg: Record) -> FastUsage | Envelope | str:

@@ -47,6 +47,7 @@ from typing import Annotated, Any, Literal, NamedTuple
 
 import msgspec
 
+from streams.core.domain.codec import KEY_ID_HEADER
 from streams.core.domain.events import (
     CURRENCY_PATTERN,
     CUSTOMER_ID_PATTERN,
@@ -204,15 +205,11 @@ def _envelope_time(text: str) -> datetime | None:
     return value
 
 
-#: The header naming the API key that sent a record through the ingest edge (the same
-#: name as :data:`streams.core.domain.codec.KEY_ID_HEADER`; a unit test holds them equal).
-KEY_ID_HEADER = "invoicing_key_id"
-
-
 def key_id(text: str | None) -> str | None:
-    """The key id a ``KEY_ID_HEADER`` value of ``text`` (already UTF-8-decoded) stands
-    for: None when absent, empty or longer than 64 bytes (lineage, never a reason to
-    refuse the record)."""
+    """The key id a :data:`~streams.core.domain.codec.KEY_ID_HEADER` value of ``text``
+    (already UTF-8-decoded) stands for: None when absent, empty or longer than 64
+    bytes (lineage, never a reason to refuse the record). The one rule, for the fast
+    path and for :func:`streams.apps.invoicing.decoding.key_id_of`."""
     if not text or len(text) > 64:
         return None
     if text.isascii() or len(text.encode()) <= 64:
