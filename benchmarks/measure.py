@@ -204,24 +204,20 @@ class Profile:
         return out
 
 
+def _py_spy_record(py_spy: str, path: Path, idle: bool) -> list[str]:
+    """``py-spy record`` at 100 Hz, collapsed stacks to ``path``, threads waiting sampled
+    too when ``idle``: the options every profile of the harness shares."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    idle_flag = ["--idle"] if idle else []
+    return [py_spy, "record", "--rate", "100", "--format", "raw", "--output", str(path), *idle_flag]
+
+
 def py_spy_record(py_spy: str, path: Path, idle: bool) -> list[str]:
     """The argv prefix that runs a command under ``py-spy record`` (100 Hz, collapsed
     stacks to ``path``, threads waiting sampled too when ``idle``). py-spy adds lines of
     its own to the command's stdout (``py-spy> …``), which :meth:`CommandResult.json`
     leaves out."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return [
-        py_spy,
-        "record",
-        "--rate",
-        "100",
-        "--format",
-        "raw",
-        "--output",
-        str(path),
-        *(["--idle"] if idle else []),
-        "--",
-    ]
+    return [*_py_spy_record(py_spy, path, idle), "--"]
 
 
 class Profiler:
@@ -242,21 +238,10 @@ class Profiler:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self.proc = subprocess.Popen(
             [
-                self.py_spy,
-                "record",
-                "--pid",
-                str(self.pid),
-                "--rate",
-                "100",
-                "--nonblocking",
-                "--format",
-                "raw",
-                "--output",
-                str(self.path),
-                *(["--idle"] if self.idle else []),
+                *_py_spy_record(self.py_spy, self.path, self.idle),
+                *("--pid", str(self.pid), "--nonblocking"),
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
